@@ -826,6 +826,44 @@ def semantic_problems(text, filename, containerd_major=None):
     return problems
 
 
+def covering_import(config_text, drop_in_path, config_path):
+    """The `imports` entry (as written) that covers the drop-in, for validating the pair elsewhere."""
+    imports = plain(parse(config_text, config_path).get("imports", []))
+    for pattern in imports:
+        if imports_cover([pattern], drop_in_path, config_path):
+            return pattern
+    return None
+
+
+def dump_problem(dump_text, runtime_name, runtime_path, default_runtime_name=None):
+    """What is wrong with `containerd config dump` output for our runtime, or None.
+
+    The dump is what containerd really loads, so a runtime written into a table this containerd does
+    not read (a version 3 file on 1.x, a wrong plugin name) shows up here."""
+    try:
+        dump = plain(tomlkit.parse(dump_text))
+    except Exception as exc:  # containerd printed something that is not TOML
+        return "config dump did not print TOML: %s" % exc
+    found = None
+    for cri in CRI_TABLES:
+        ctr = dump.get("plugins", {}).get(cri, {}).get("containerd", {})
+        runtime = ctr.get("runtimes", {}).get(runtime_name)
+        if isinstance(runtime, dict):
+            found = (ctr, runtime)
+            break
+    if found is None:
+        return "config dump shows no runtime %r: this containerd does not read the table it was written to" \
+            % runtime_name
+    ctr, runtime = found
+    binary = runtime.get("options", {}).get("BinaryName")
+    if binary != runtime_path:
+        return "config dump shows runtime %r with BinaryName %r, not %r" % (runtime_name, binary, runtime_path)
+    if default_runtime_name and ctr.get("default_runtime_name") != default_runtime_name:
+        return "config dump shows default_runtime_name %r, not %r" % (ctr.get("default_runtime_name"),
+                                                                       default_runtime_name)
+    return None
+
+
 def kubelet_systemd_cgroup(kubelet_config):
     """D4: SystemdCgroup implied by a parsed kubelet config (None when there is no kubelet config)."""
     if kubelet_config is None:
@@ -838,3 +876,21 @@ def kubelet_systemd_cgroup(kubelet_config):
     return driver == "systemd"
 
 
+
+
+# The options of containerd_nvidia_runtime, shared by its action plugin and its documentation stub.
+ARGUMENT_SPEC = dict(
+    path=dict(type="path", default="/etc/containerd/config.toml"),
+    containerd_binary=dict(type="str", default="containerd"),
+    runtime_name=dict(type="str", default="nvidia"),
+    runtime_path=dict(type="path", default="/usr/bin/nvidia-container-runtime"),
+    set_as_default=dict(type="bool"),
+    enable_cdi=dict(type="bool", default=False),
+    systemd_cgroup=dict(type="str", default="auto", choices=["auto", "true", "false"]),
+    kubelet_config=dict(type="path", default="/var/lib/kubelet/config.yaml"),
+    drop_in=dict(type="path"),
+    config_version=dict(type="str", default="auto", choices=["auto", "1", "2", "3", "4"]),
+    state=dict(type="str", default="present", choices=["present", "absent"]),
+    backup=dict(type="bool", default=False),
+    validate=dict(type="bool", default=True),
+)

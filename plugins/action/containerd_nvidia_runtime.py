@@ -1,0 +1,144 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpuready.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Controller side of containerd_nvidia_runtime: read the node's files, edit them here with tomlkit,
+validate on the node, then hand the write to containerd_config_file (checksum-guarded)."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible.errors import AnsibleActionFail
+from ansible.module_utils.common.text.converters import to_text
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.gpuready.nvidia.plugins.module_utils import containerd_config as engine
+
+try:
+    import yaml
+    HAS_YAML = True
+except ImportError:  # pragma: no cover - ansible-core itself needs PyYAML
+    HAS_YAML = False
+
+NODE_MODULE = "gpuready.nvidia.containerd_config_file"
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        del tmp
+        args = dict(self._task.args)
+        # YAML booleans for systemd_cgroup arrive as bool; the spec takes the strings.
+        if isinstance(args.get("systemd_cgroup"), bool):
+            args["systemd_cgroup"] = "true" if args["systemd_cgroup"] else "false"
+        if isinstance(args.get("config_version"), int):
+            args["config_version"] = str(args["config_version"])
+        self._task.args = args
+        validation, params = self.validate_argument_spec(argument_spec=engine.ARGUMENT_SPEC)
+        del validation
+        if not engine.HAS_TOMLKIT:
+            raise AnsibleActionFail("containerd_nvidia_runtime needs the Python library tomlkit on the "
+                                    "controller (pip install tomlkit): %s" % engine.TOMLKIT_IMPORT_ERROR)
+        try:
+            result.update(self._run(params, task_vars))
+        finally:
+            self._remove_tmp_path(self._connection._shell.tmpdir)
+        return result
+
+    def _node(self, task_vars, **module_args):
+        reply = self._execute_module(module_name=NODE_MODULE, module_args=module_args,
+                                     task_vars=task_vars)
+        if reply.get("failed"):
+            raise AnsibleActionFail(reply.get("msg", "containerd_config_file failed"), result=reply)
+        return reply
+
+    def _run(self, params, task_vars):
+        path, drop_in = params["path"], params["drop_in"]
+        paths = [path] + ([drop_in] if drop_in else [])
+        facts = self._node(task_vars, op="read", paths=paths,
+                           containerd_binary=params["containerd_binary"],
+                           kubelet_config=params["kubelet_config"])
+        files = facts["files"]
+        version = facts.get("containerd_version")
+        major = int(version.split(".")[0]) if version else None
+        request = self._request(params, major, facts.get("kubelet_config_text"))
+        config, dropped = files[path], files.get(drop_in) if drop_in else None
+        try:
+            outcome = engine.edit(config["content"], request, config_path=path, drop_in_path=drop_in,
+                                  drop_in_text=dropped["content"] if dropped else None)
+        except engine.ConfigError as exc:
+            raise AnsibleActionFail(to_text(exc))
+        if params["config_version"] != "auto" and config["content"] and \
+                engine.detect_version(engine.parse(config["content"], path), path, 2) != int(params["config_version"]):
+            outcome.warnings.append("config_version=%s ignored: %s already has keys and its own version"
+                                    % (params["config_version"], path))
+
+        changes = [(p, files[p], new) for p, new in ((path, outcome.config_text),
+                                                     (drop_in, outcome.drop_in_text)) if p]
+        changes = [(p, old, new) for p, old, new in changes if old["content"] != new]
+        if changes and params["validate"] and request.state == "present":
+            self._validate(params, outcome, major, drop_in, task_vars)
+
+        written = {"written": [p for p, _o, _n in changes], "backups": {}}
+        if changes and not self._task.check_mode:
+            written = self._node(task_vars, op="write", backup=params["backup"],
+                                 files=[{"path": p, "content": new, "checksum": old["checksum"]}
+                                        for p, old, new in changes])
+        return {
+            "changed": bool(changes),
+            "diff": [{"before_header": p, "after_header": p, "before": old["content"] or "",
+                      "after": new or ""} for p, old, new in changes],
+            "config_version": outcome.config_version,
+            "runtime_table": outcome.runtime_table,
+            "default_runtime_name": outcome.default_runtime_name,
+            "restart_required": bool(changes),
+            "backups": written.get("backups", {}),
+            "files": written.get("written", []),
+            "warnings": outcome.warnings,
+        }
+
+    def _request(self, params, containerd_major, kubelet_text):
+        if params["config_version"] == "auto":
+            new_version = 3 if containerd_major is not None and containerd_major >= 2 else 2
+        else:
+            new_version = int(params["config_version"])
+        kubelet_cgroup = None
+        if params["systemd_cgroup"] == "auto" and kubelet_text is not None:
+            try:
+                kubelet_cgroup = engine.kubelet_systemd_cgroup(yaml.safe_load(kubelet_text) or {})
+            except (yaml.YAMLError, engine.ConfigError) as exc:
+                raise AnsibleActionFail("%s: cannot read the kubelet's cgroupDriver: %s"
+                                        % (params["kubelet_config"], exc))
+        systemd = {"auto": "auto", "true": True, "false": False}[params["systemd_cgroup"]]
+        try:
+            return engine.Request(runtime_name=params["runtime_name"], runtime_path=params["runtime_path"],
+                                  set_as_default=params["set_as_default"], enable_cdi=params["enable_cdi"],
+                                  systemd_cgroup=systemd, kubelet_systemd_cgroup=kubelet_cgroup,
+                                  state=params["state"], new_file_version=new_version)
+        except engine.ConfigError as exc:
+            raise AnsibleActionFail(to_text(exc))
+
+    def _validate(self, params, outcome, containerd_major, drop_in, task_vars):
+        """Semantic checks here, then containerd's own parser on the node; nothing is written on failure."""
+        checked = outcome.drop_in_text if drop_in else outcome.config_text
+        problems = engine.semantic_problems(checked, drop_in or params["path"], containerd_major)
+        if problems:
+            raise AnsibleActionFail("validation failed, nothing written: " + "; ".join(problems))
+        if containerd_major is None:
+            outcome.warnings.append("containerd binary %r not found on the node: config dump validation "
+                                    "skipped" % params["containerd_binary"])
+            return
+        files = [{"path": params["path"], "content": outcome.config_text}]
+        rewrite = None
+        if drop_in:
+            files.append({"path": drop_in, "content": outcome.drop_in_text})
+            rewrite = engine.covering_import(outcome.config_text, drop_in, params["path"])
+        dump = self._node(task_vars, op="validate", files=files, import_rewrite=rewrite,
+                          containerd_binary=params["containerd_binary"])["dump"]
+        problem = engine.dump_problem(dump, params["runtime_name"], params["runtime_path"],
+                                      outcome.default_runtime_name)
+        if problem:
+            raise AnsibleActionFail("validation failed, nothing written: containerd %s" % problem)

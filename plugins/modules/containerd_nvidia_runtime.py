@@ -1,0 +1,207 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) gpuready.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: containerd_nvidia_runtime
+short_description: Declare the NVIDIA runtime in containerd's config, as nvidia-ctk does, without losing comments
+version_added: 0.1.0
+description:
+  - Does what C(nvidia-ctk runtime configure --runtime=containerd) does to a containerd config, in the right
+    CRI table for the file's config version (1, 2, 3 or 4), idempotently, with check and diff mode.
+  - The edit runs on the controller with tomlkit (an action plugin), so comments, key order and layout
+    of the rest of the file stay byte for byte, and check mode shows the real diff on a fresh node.
+    The node only needs Python's standard library (see M(gpuready.nvidia.containerd_config_file)).
+  - "Differences from nvidia-ctk, on purpose: D1 a new or empty file gets the version the installed containerd
+    wants (O(config_version)); D2 O(enable_cdi) on a version 1 file goes to C(plugins.cri.enable_cdi), where
+    containerd reads it; D3 O(drop_in) on a version 1 file is refused; D4 without a base runtime to copy,
+    C(SystemdCgroup) follows the kubelet's C(cgroupDriver); D5 on a version 1/2 file without runtimes, C(runc)
+    is declared too, since containerd 1.x drops its built-in runc once the file declares any runtime; D6
+    O(set_as_default) is refused while the deprecated C(containerd.default_runtime) table sets a
+    C(runtime_type), which makes containerd 1.x ignore C(default_runtime_name); D7 the CRI table the file
+    really uses wins over the one its version implies (with a warning); D8 a runtime built without a base
+    on a version 3/4 file omits C(runtime_root) and C(runtime_engine), which containerd 2.0 removed."
+  - Option keys that differ only in case from the ones written (for example C(binaryName)) are removed,
+    because containerd 1.x decodes runtime options case-insensitively.
+  - Every key or table added or changed outside the runtime entry carries a trailing comment that starts
+    with C(gpuready.nvidia), recording the old value. O(state=absent) reverts exactly those, so present
+    then absent gives back the original file.
+  - containerd reads its config only at start; RV(restart_required) says when it must be restarted.
+author: gpuready.nvidia contributors
+extends_documentation_fragment:
+  - gpuready.nvidia.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+    details: One before/after entry per file (config.toml and the drop-in).
+  action:
+    support: full
+    details: Computes the new config on the controller; needs C(tomlkit) there.
+requirements:
+  - tomlkit >= 0.11.6 (controller)
+  - PyYAML (controller, to read the kubelet configuration)
+notes:
+  - Untested against k3s or RKE2, which regenerate C(config.toml) at every start; point O(path) at a
+    file containerd itself reads.
+options:
+  path:
+    description: containerd's main config file. A symbolic link is followed and kept.
+    type: path
+    default: /etc/containerd/config.toml
+  containerd_binary:
+    description:
+      - containerd executable on the node (a name on E(PATH) or an absolute path), used by
+        O(config_version=auto) and by O(validate).
+    type: str
+    default: containerd
+  runtime_name:
+    description: Name of the runtime entry (and of the RuntimeClass handler that selects it).
+    type: str
+    default: nvidia
+  runtime_path:
+    description: Absolute path of the NVIDIA container runtime, written as C(options.BinaryName).
+    type: path
+    default: /usr/bin/nvidia-container-runtime
+  set_as_default:
+    description:
+      - V(true) makes the runtime containerd's default (C(default_runtime_name)), which the device plugin
+        needs unless pods select it through a RuntimeClass.
+      - V(false) removes C(default_runtime_name) when it names this runtime (an earlier value recorded by
+        this module is restored).
+      - Omitted leaves C(default_runtime_name) as it is.
+    type: bool
+  enable_cdi:
+    description: Set C(enable_cdi = true) on the CRI plugin. V(false) leaves the key as it is.
+    type: bool
+    default: false
+  systemd_cgroup:
+    description:
+      - V(auto) copies C(SystemdCgroup) from the base runtime; without a base, it follows the kubelet's
+        C(cgroupDriver) read from O(kubelet_config), and stays unset when there is no kubelet config.
+      - V(true) or V(false) set C(options.SystemdCgroup) on the runtime.
+    type: str
+    choices: [auto, 'true', 'false']
+    default: auto
+  kubelet_config:
+    description: Kubelet configuration file read for O(systemd_cgroup=auto).
+    type: path
+    default: /var/lib/kubelet/config.yaml
+  drop_in:
+    description:
+      - Write the runtime to this separate file instead of O(path), as nvidia-ctk 1.18+ does. It gets the
+        config version and a copy of the whole CRI table (containerd 1.x replaces imported plugin tables
+        instead of merging them), and O(path) gets an C(imports) entry covering it unless one already does.
+      - Refused for a version 1 O(path) (D3).
+    type: path
+  config_version:
+    description:
+      - Version of a new or empty O(path). V(auto) is 3 when O(containerd_binary) reports 2.x, else 2.
+      - Ignored (with a warning) for a file that has keys; its own version counts.
+    type: str
+    choices: [auto, '1', '2', '3', '4']
+    default: auto
+  state:
+    description: V(absent) removes the runtime, its default, the drop-in and the import this module added.
+    type: str
+    choices: [present, absent]
+    default: present
+  backup:
+    description: Keep a timestamped copy of each file before it is replaced or deleted.
+    type: bool
+    default: false
+  validate:
+    description:
+      - Before writing, run C(containerd config dump) on the new file(s) (in drop-in mode on a temporary
+        pair) and check that the dump shows the runtime where it was written; and check what C(config dump)
+        does not (a default runtime without an entry, runc not declared where containerd 1.x needs it,
+        a version 3/4 file for a 1.x binary). A failed validation writes nothing.
+      - Without a containerd binary on the node the dump is skipped with a warning.
+    type: bool
+    default: true
+seealso:
+  - name: nvidia-ctk runtime configure
+    description: The NVIDIA Container Toolkit's own command.
+    link: https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html
+"""
+
+EXAMPLES = r"""
+- name: Make nvidia containerd's default runtime
+  gpuready.nvidia.containerd_nvidia_runtime:
+    set_as_default: true
+  notify: Restart containerd
+
+- name: Put the runtime in a drop-in, with CDI, keeping a backup
+  gpuready.nvidia.containerd_nvidia_runtime:
+    drop_in: /etc/containerd/conf.d/99-nvidia.toml
+    set_as_default: true
+    enable_cdi: true
+    backup: true
+
+- name: Remove it again
+  gpuready.nvidia.containerd_nvidia_runtime:
+    drop_in: /etc/containerd/conf.d/99-nvidia.toml
+    state: absent
+"""
+
+RETURN = r"""
+config_version:
+  description: Config version of O(path) (after the edit).
+  returned: success
+  type: int
+  sample: 2
+runtime_table:
+  description: Dotted path of the runtime entry.
+  returned: success
+  type: str
+  sample: plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia
+default_runtime_name:
+  description: C(default_runtime_name) after the edit, V(null) when unset (containerd then uses runc).
+  returned: success
+  type: str
+  sample: nvidia
+restart_required:
+  description: containerd must be restarted to load the change (it reads its config only at start).
+  returned: success
+  type: bool
+backups:
+  description: For each file replaced or deleted with O(backup=true), the backup path; V(null) for a file this run created.
+  returned: success
+  type: dict
+  sample: {"/etc/containerd/config.toml": "/etc/containerd/config.toml.1234.2026-12-02@10:00:00~"}
+files:
+  description: Files written or deleted (would be, in check mode).
+  returned: success
+  type: list
+  elements: str
+warnings:
+  description: Things worth knowing that did not stop the edit (also shown as task warnings).
+  returned: success
+  type: list
+  elements: str
+diff:
+  description: One before/after entry per changed file, rendered by Ansible as a unified diff with C(--diff).
+  returned: changed
+  type: list
+  elements: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuready.nvidia.plugins.module_utils.containerd_config import ARGUMENT_SPEC
+
+
+def main():
+    # The work happens in the action plugin of the same name; reaching this means it was bypassed.
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    module.fail_json(msg="gpuready.nvidia.containerd_nvidia_runtime runs through its action plugin; "
+                         "call it by its full name from a play")
+
+
+if __name__ == "__main__":
+    main()
