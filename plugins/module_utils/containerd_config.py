@@ -33,6 +33,7 @@ except ImportError as exc:  # pragma: no cover - reported by the caller
 
 RUNC_V2 = "io.containerd.runc.v2"
 MARK = "gpuready.nvidia"
+MARK_SEPARATOR = "  "  # between an item's own comment and our mark
 HEADER_NOTE = "header"
 RUNC_NOTE = "containerd 1.x drops its built-in runc once runtimes are declared"
 NEW_FILE_NOTE = "new file"
@@ -187,21 +188,22 @@ def _set_mark(item, note=""):
     mark = "# " + MARK + (": " + note if note else "")
     trivia = item.trivia
     if trivia.comment:
-        trivia.comment = trivia.comment + "  " + mark
+        trivia.comment = trivia.comment + MARK_SEPARATOR + mark
     else:
         trivia.comment_ws = trivia.comment_ws or " "
         trivia.comment = mark
 
 
 def _drop_mark(item):
+    """Undo _set_mark exactly, keeping the item's own comment byte for byte."""
     trivia = item.trivia
     idx = trivia.comment.find("# " + MARK)
     if idx < 0:
         return
-    kept = trivia.comment[:idx].rstrip()
-    trivia.comment = kept
-    if not kept:
-        trivia.comment_ws = ""
+    if idx == 0:
+        trivia.comment, trivia.comment_ws = "", ""
+    else:
+        trivia.comment = trivia.comment[:idx - len(MARK_SEPARATOR)]
 
 
 def _new_table():
@@ -247,6 +249,7 @@ def _insert(doc, parent, key, item):
     bodies = [(c, set(id(entry[1]) for entry in c.body)) for c in containers]
     trivia = [(i, i.trivia.indent, i.trivia.trail) for c in containers for _k, i in c.body
               if isinstance(i, _Item) and not isinstance(i, (_Whitespace, _Null))]
+    parent = _concrete(parent, key)
     parent[key] = item
     for container, before in bodies:
         for index, (entry_key, entry) in enumerate(container.body):
@@ -276,7 +279,7 @@ def _indent_like_siblings(parent, key, inserted):
                 last = last.item([k for k in last if isinstance(last[k], _Table)][-1])
             last.add(tomlkit.nl())
         return
-    values = [_item(parent, k) for k in parent if k != key and not isinstance(parent[k], _Table)]
+    values = [_item(parent, k) for k in parent if k != key and not _table_parts(parent[k])]
     if values:
         inserted.trivia.indent = values[0].trivia.indent
 
@@ -732,6 +735,21 @@ def _check_drop_in(drop_in_path, drop_in_text, config_path, version):
 
 # ---------------------------------------------------------------- entry point
 
+def _dumps(doc, filename):
+    """Render, then prove that the text reads back as the same data: tomlkit cannot always lay out
+    an edit of a file whose tables are split in unusual orders, and we write nothing then."""
+    text = tomlkit.dumps(doc)
+    try:
+        same = _same(tomlkit.parse(text), plain(doc))
+    except Exception:  # any parse failure means the same: not faithful
+        same = False
+    if not same:
+        raise ConfigError("%s: refusing to write: tomlkit cannot lay out this edit of the file's table order "
+                          "faithfully (sub-tables split across distant headers); nothing was written. Group "
+                          "each table's headers together and run again." % filename)
+    return text
+
+
 def _created_by_us(text):
     return text is not None and ("# %s: %s" % (MARK, NEW_FILE_NOTE)) in text
 
@@ -771,7 +789,7 @@ def edit(config_text, request, config_path="/etc/containerd/config.toml", drop_i
         if config_text is None or (_document_is_empty(doc) and _created_by_us(config_text)):
             outcome.config_text = None
         else:
-            outcome.config_text = tomlkit.dumps(doc)
+            outcome.config_text = _dumps(doc, config_path)
         return outcome
 
     if is_empty:
@@ -780,7 +798,7 @@ def edit(config_text, request, config_path="/etc/containerd/config.toml", drop_i
     if drop_in_path is None:
         editor.present()
         _finish(outcome, editor)
-        outcome.config_text = tomlkit.dumps(doc)
+        outcome.config_text = _dumps(doc, config_path)
         return outcome
 
     if not imports_cover(editor.imports(), drop_in_path, config_path):
@@ -789,13 +807,13 @@ def edit(config_text, request, config_path="/etc/containerd/config.toml", drop_i
         outcome.warnings.append(
             "%s still declares %s; containerd 2.x merges it under the drop-in's entry"
             % (config_path, _dotted(editor.runtimes_path + [request.runtime_name])))
-    outcome.config_text = tomlkit.dumps(doc)
+    outcome.config_text = _dumps(doc, config_path)
     drop_editor = _Editor(_drop_in_document(doc, version, cri, config_path), drop_in_path, request,
                           version, cri, outcome)
     drop_editor.present()
     _finish(outcome, drop_editor)
     outcome.drop_in_text = (DROP_IN_HEADER % (config_path, import_glob(drop_in_path))
-                            + tomlkit.dumps(drop_editor.doc))
+                            + _dumps(drop_editor.doc, drop_in_path))
     return outcome
 
 

@@ -4,7 +4,7 @@
 """Ask a running containerd what its CRI plugin really loaded.
 
 ``config.toml`` on disk says what *should* happen; only the daemon knows whether the CRI plugin
-accepted it (containerd 1.6 drops the whole plugin on some valid-looking configs). This asks the
+accepted it (containerd 1.x drops the whole plugin on some valid-looking configs). This asks the
 CRI ``RuntimeService`` for ``Status(verbose=true)`` and ``Version`` - the same calls as
 ``crictl info`` / ``crictl version`` - and normalises the answer into a plain dict.
 
@@ -50,7 +50,7 @@ class CriError(Exception):
     """
 
     def __init__(self, message, socket=None, kind='error'):
-        super(CriError, self).__init__(message)
+        super().__init__(message)
         self.socket = socket
         self.kind = kind
 
@@ -135,8 +135,8 @@ def _text(value, what):
         raise WireError('%s: expected a string field' % what)
     try:
         return value.decode('utf-8')
-    except UnicodeDecodeError:
-        raise WireError('%s: not UTF-8' % what)
+    except UnicodeDecodeError as exc:
+        raise WireError('%s: not UTF-8' % what) from exc
 
 
 def _varint_field(value, what):
@@ -227,28 +227,33 @@ def _cri_config(raw):
     try:
         parsed = json.loads(raw)
     except ValueError as exc:
-        raise CriError('CRI status info["config"] is not JSON: %s' % exc, kind='protocol')
+        raise CriError('CRI status info["config"] is not JSON: %s' % exc, kind='protocol') from exc
     if not isinstance(parsed, dict):
         raise CriError('CRI status info["config"] is not a JSON object', kind='protocol')
     return parsed
+
+
+def _dict(value):
+    return value if isinstance(value, dict) else {}
 
 
 def normalise(transport, version, conditions, config, runtime_handlers=None):
     """Build the result dict from the pieces both transports produce.
 
     The CRI config JSON has the same relevant keys in containerd 1.6, 1.7 and 2.x:
-    ``containerd.defaultRuntimeName``, ``containerd.runtimes.<name>.{runtimeType, options}`` and
-    ``enableCDI`` (2.x flattens its separate runtime/images plugins back into this one view).
+    ``containerd.defaultRuntimeName`` and ``containerd.runtimes.<name>.{runtimeType, options}``;
+    ``enableCDI``/``cdiSpecDirs`` from 1.7 on. 2.x reports only its runtime plugin here (no image
+    settings such as ``sandboxImage``) and fills in every runc option, 1.x only those written.
     """
-    ctd = config.get('containerd') or {}
+    ctd = _dict(config.get('containerd'))
     runtimes = {}
-    for name, spec in sorted((ctd.get('runtimes') or {}).items()):
-        spec = spec or {}
+    for name, spec in sorted(_dict(ctd.get('runtimes')).items()):
+        spec = _dict(spec)
         runtimes[name] = {
             'runtime_type': spec.get('runtimeType', ''),
             'runtime_path': spec.get('runtimePath', ''),
             # 1.x reports absent options as null; keep "no options" a dict for callers
-            'options': spec.get('options') or {},
+            'options': _dict(spec.get('options')),
         }
     conds = {}
     for cond in conditions:
@@ -288,7 +293,7 @@ def _check_socket(path):
         mode = os.stat(path).st_mode
     except OSError as exc:
         raise CriError('containerd socket %s does not exist or is not reachable (%s)' % (path, exc.strerror),
-                       socket=path, kind='missing')
+                       socket=path, kind='missing') from exc
     if not stat.S_ISSOCK(mode):
         raise CriError('%s is not a unix socket' % path, socket=path)
 
@@ -321,9 +326,9 @@ def _grpc_status(path, timeout):
             version = decode_version_response(call('Version', encode_version_request()))
             status = decode_status_response(call('Status', encode_status_request(True)))
         except grpc.RpcError as exc:
-            raise _grpc_error(exc, path, timeout)
+            raise _grpc_error(exc, path, timeout) from exc
         except WireError as exc:
-            raise CriError('unreadable CRI answer from %s: %s' % (path, exc), socket=path, kind='protocol')
+            raise CriError('unreadable CRI answer from %s: %s' % (path, exc), socket=path, kind='protocol') from exc
     finally:
         channel.close()
     return normalise('grpc', version, status['conditions'], _cri_config(status['info'].get('config')),
@@ -363,11 +368,15 @@ def parse_crictl_info(text):
     data = json.loads(text)
     if not isinstance(data, dict):
         raise ValueError('crictl info output is not a JSON object')
-    conditions = (data.get('status') or {}).get('conditions') or []
-    if not isinstance(conditions, list):
-        raise ValueError('crictl info status.conditions is not a list')
-    handlers = [h.get('name', '') for h in data.get('runtimeHandlers') or [] if isinstance(h, dict)]
-    return conditions, _cri_config(data.get('config')), handlers
+    status = data.get('status') or {}
+    conditions = status.get('conditions', []) if isinstance(status, dict) else None
+    if not isinstance(conditions, list) or not all(isinstance(c, dict) for c in conditions):
+        raise ValueError('crictl info status.conditions is not a list of objects')
+    handlers = data.get('runtimeHandlers') or []
+    if not isinstance(handlers, list):
+        raise ValueError('crictl info runtimeHandlers is not a list')
+    names = [h.get('name', '') for h in handlers if isinstance(h, dict)]
+    return conditions, _cri_config(data.get('config')), names
 
 
 def _run_crictl(crictl, path, args, timeout):
@@ -375,8 +384,9 @@ def _run_crictl(crictl, path, args, timeout):
     try:
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,  # pylint: disable=subprocess-run-check
                               universal_newlines=True, timeout=timeout + 5)
-    except subprocess.TimeoutExpired:
-        raise CriError('crictl got no CRI answer from %s within %ss' % (path, timeout), socket=path, kind='timeout')
+    except subprocess.TimeoutExpired as exc:
+        raise CriError('crictl got no CRI answer from %s within %ss' % (path, timeout), socket=path,
+                       kind='timeout') from exc
     if proc.returncode != 0:
         err = proc.stderr.strip()
         kind = 'error'
@@ -398,7 +408,7 @@ def _crictl_status(crictl, path, timeout):
         version = parse_crictl_version(_run_crictl(crictl, path, ['version'], timeout))
         conditions, config, handlers = parse_crictl_info(_run_crictl(crictl, path, ['info', '-o', 'json'], timeout))
     except ValueError as exc:
-        raise CriError('unreadable crictl output for %s: %s' % (path, exc), socket=path, kind='protocol')
+        raise CriError('unreadable crictl output for %s: %s' % (path, exc), socket=path, kind='protocol') from exc
     return normalise('crictl', version, conditions, config, handlers)
 
 

@@ -1,0 +1,113 @@
+# -*- coding: utf-8 -*-
+"""The containerd case files (format: ../shared/reference/containerd-semantics.md section 9) and the
+checks every test layer applies to them: the engine in-process, the plugin through Ansible, and the
+real daemons."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import tomllib
+
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "containerd")
+PUBLIC = "containerd_cases.public.json"
+OWN = "containerd_cases.own.json"
+CASE_CONFIG_DIR = "/etc/containerd"
+MISSING = object()
+
+
+def load(name):
+    with open(os.path.join(FIXTURES, name), "rb") as handle:
+        return json.load(handle)
+
+
+def all_cases():
+    return [(PUBLIC, c) for c in load(PUBLIC)] + [(OWN, c) for c in load(OWN)]
+
+
+def case_id(entry):
+    return "%s:%s" % ("public" if entry[0] == PUBLIC else "own", entry[1]["name"])
+
+
+def real_configs():
+    folder = os.path.join(FIXTURES, "real-configs")
+    return sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".toml"))
+
+
+def input_text(case):
+    """None when the case says the file does not exist."""
+    return None if case.get("input_file_exists") is False else case["input_toml"]
+
+
+def drop_in_path(case, config_dir):
+    """The case's drop-in path, with /etc/containerd standing for the config's folder."""
+    path = case["options"].get("drop_in_path")
+    if path is None:
+        return None
+    if path.startswith(CASE_CONFIG_DIR + "/"):
+        return config_dir + path[len(CASE_CONFIG_DIR):]
+    return path
+
+
+def module_args(case, config_dir):
+    """containerd_nvidia_runtime parameters for a case (the names differ: see semantics.md)."""
+    opts = case["options"]
+    args = {
+        "path": os.path.join(config_dir, "config.toml"),
+        "runtime_name": opts["runtime_name"],
+        "runtime_path": opts["binary_path"],
+        "enable_cdi": opts["enable_cdi"],
+        "config_version": str(opts.get("config_version", 3 if case.get("containerd_major") == 2 else 2)),
+        "systemd_cgroup": opts.get("systemd_cgroup", "auto"),
+        "state": opts.get("state", "present"),
+    }
+    if opts.get("set_as_default") is not None:
+        args["set_as_default"] = opts["set_as_default"]
+    drop_in = drop_in_path(case, config_dir)
+    if drop_in:
+        args["drop_in"] = drop_in
+    return args
+
+
+def kubelet_config_text(case):
+    driver = case["options"].get("kubelet_cgroup_driver")
+    if driver is None:
+        return None
+    return "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: %s\n" % driver
+
+
+def lookup(doc, path):
+    for part in path:
+        if not isinstance(doc, dict) or part not in doc:
+            return MISSING
+        doc = doc[part]
+    return doc
+
+
+def same(a, b):
+    """Equal by TOML value and type (booleans are not integers), lists element by element."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+def expectation_failures(case, config_text, drop_in_text):
+    """Every `expect` entry and preserved substring that the result breaks (empty = pass)."""
+    docs = {"config": tomllib.loads(config_text or ""), "drop_in": tomllib.loads(drop_in_text or "")}
+    failures = []
+    for expect in case["expect"]:
+        value = lookup(docs[expect.get("file", "config")], expect["path"])
+        if expect.get("absent"):
+            if value is not MISSING:
+                failures.append("%s should be absent, is %r" % (expect["path"], value))
+        elif value is MISSING or not same(value, expect["equals"]):
+            failures.append("%s is %r, expected %r" % (expect["path"], None if value is MISSING else value,
+                                                         expect["equals"]))
+    for text in case.get("preserved_substrings", []):
+        if text not in (config_text or ""):
+            failures.append("lost %r" % text)
+    return failures

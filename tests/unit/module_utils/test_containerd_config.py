@@ -1,0 +1,205 @@
+# -*- coding: utf-8 -*-
+"""The edit engine in-process: every case file entry, every real config, and the ownership marks."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import hashlib
+import os
+import re
+import tomllib
+
+import pytest
+import yaml
+
+import containerd_cases as cases
+from ansible_collections.gpuready.nvidia.plugins.module_utils import containerd_config as engine
+
+CONFIG = "/etc/containerd/config.toml"
+
+
+def request_for(case, state=None):
+    opts = case["options"]
+    kubelet = cases.kubelet_config_text(case)
+    return engine.Request(
+        runtime_name=opts["runtime_name"], runtime_path=opts["binary_path"],
+        set_as_default=opts.get("set_as_default"), enable_cdi=opts["enable_cdi"],
+        systemd_cgroup={"auto": "auto", "true": True, "false": False}[opts.get("systemd_cgroup", "auto")],
+        kubelet_systemd_cgroup=engine.kubelet_systemd_cgroup(yaml.safe_load(kubelet)) if kubelet else None,
+        state=state or opts.get("state", "present"),
+        new_file_version=int(opts.get("config_version", 3 if case.get("containerd_major") == 2 else 2)))
+
+
+def run(case, config_text, drop_in_text=None, state=None):
+    return engine.edit(config_text, request_for(case, state), CONFIG, cases.drop_in_path(case, "/etc/containerd"),
+                       drop_in_text)
+
+
+def test_public_cases_are_byte_identical_to_shared():
+    shared = os.environ.get("GPUREADY_SHARED_DIR")
+    if not shared:
+        pytest.skip("../shared is not beside this checkout")
+    with open(os.path.join(shared, "reference", cases.PUBLIC), "rb") as theirs, \
+            open(os.path.join(cases.FIXTURES, cases.PUBLIC), "rb") as ours:
+        assert hashlib.sha256(theirs.read()).hexdigest() == hashlib.sha256(ours.read()).hexdigest()
+
+
+@pytest.mark.parametrize("entry", cases.all_cases(), ids=cases.case_id)
+def test_case(entry):
+    case = entry[1]
+    before = cases.input_text(case)
+    if case.get("expect_error"):
+        with pytest.raises(engine.ConfigError) as err:
+            run(case, before)
+        assert re.search(case.get("expect_error_match", ""), str(err.value), re.I), str(err.value)
+        return
+    first = run(case, before)
+    assert cases.expectation_failures(case, first.config_text, first.drop_in_text) == []
+    changed = first.config_text != before or first.drop_in_text is not None
+    assert changed == case["expect_changed"]
+    if case.get("expect_warning"):
+        assert any(case["expect_warning"] in w for w in first.warnings), first.warnings
+    second = run(case, first.config_text, first.drop_in_text)
+    assert (second.config_text, second.drop_in_text) == (first.config_text, first.drop_in_text)
+
+
+@pytest.mark.parametrize("entry", [e for e in cases.all_cases() if not e[1].get("expect_error")
+                                   and e[1]["options"].get("state", "present") == "present"
+                                   and "runtimes.%s]" % e[1]["options"]["runtime_name"] not in e[1]["input_toml"]
+                                   and "gpuready.nvidia" not in e[1]["input_toml"]],
+                         ids=cases.case_id)
+def test_present_then_absent_restores_the_bytes(entry):
+    case = entry[1]
+    before = cases.input_text(case)
+    present = run(case, before)
+    absent = run(case, present.config_text, present.drop_in_text, state="absent")
+    assert absent.config_text == before
+    assert absent.drop_in_text is None
+
+
+@pytest.mark.parametrize("path", cases.real_configs(), ids=os.path.basename)
+def test_real_config(path):
+    with open(path) as handle:
+        before = handle.read()
+    request = engine.Request(set_as_default=True)
+    outcome = engine.edit(before, request, CONFIG)
+    old, new = tomllib.loads(before), tomllib.loads(outcome.config_text)
+    cri = outcome.runtime_table.split(".containerd.runtimes.")[0].split("plugins.")[1].strip('"')
+    # The runtime lands in the table that holds the file's runtimes (or the one its version implies).
+    expected_cri = _table_in_use(old)
+    assert cri == expected_cri
+    entry = new["plugins"][cri]["containerd"]["runtimes"]["nvidia"]
+    assert entry["options"]["BinaryName"] == "/usr/bin/nvidia-container-runtime"
+    assert new["plugins"][cri]["containerd"]["default_runtime_name"] == "nvidia"
+    # Every value we do not own is unchanged.
+    assert _without_ours(new, cri) == _without_ours(old, cri)
+    # Every comment line survives.
+    for line in before.splitlines():
+        if line.strip().startswith("#"):
+            assert line in outcome.config_text.splitlines()
+    # Second run: no change.
+    assert engine.edit(outcome.config_text, request, CONFIG).config_text == outcome.config_text
+    if "runtimes.nvidia" not in before and "runtimes.'nvidia'" not in before:
+        request.state = "absent"
+        assert engine.edit(outcome.config_text, request, CONFIG).config_text == before
+
+
+def _table_in_use(doc):
+    plugins = doc.get("plugins", {})
+    for name in engine.CRI_TABLES:
+        ctr = plugins.get(name, {}).get("containerd", {})
+        if "runtimes" in ctr or "default_runtime_name" in ctr:
+            return name
+    return engine.CRI_TABLE_BY_VERSION[doc.get("version", 1)]
+
+
+def _without_ours(doc, cri):
+    doc = yaml.safe_load(yaml.safe_dump(doc))  # deep copy of plain data
+    plugins = doc.get("plugins", {})
+    ctr = plugins.get(cri, {}).get("containerd", {})
+    ctr.get("runtimes", {}).pop("nvidia", None)
+    ctr.pop("default_runtime_name", None)
+    # Tables that held only our keys (created by the edit) do not count as values.
+    for parent, key in ((ctr, "runtimes"), (plugins.get(cri, {}), "containerd"), (plugins, cri), (doc, "plugins")):
+        if parent.get(key) == {}:
+            del parent[key]
+    return doc
+
+
+def test_marks_record_the_old_default_and_absent_restores_it():
+    before = ('version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\n'
+              '  default_runtime_name = "runc"  # keep\n'
+              '  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
+              '    runtime_type = "io.containerd.runc.v2"\n')
+    request = engine.Request(set_as_default=True, enable_cdi=True)
+    present = engine.edit(before, request, CONFIG)
+    assert 'default_runtime_name = "nvidia"  # keep  # gpuready.nvidia: was "runc"' in present.config_text
+    assert "enable_cdi = true # gpuready.nvidia" in present.config_text
+    request.state = "absent"
+    assert engine.edit(present.config_text, request, CONFIG).config_text == before
+
+
+def test_drop_in_absent_removes_our_import_only():
+    case = {"options": {"runtime_name": "nvidia", "binary_path": "/usr/bin/nvidia-container-runtime",
+                        "set_as_default": True, "enable_cdi": False,
+                        "drop_in_path": "/etc/containerd/conf.d/99-nvidia.toml"}}
+    before = 'version = 2\nimports = ["/etc/containerd/extra/*.toml"]\n'
+    present = run(case, before)
+    assert 'imports = ["/etc/containerd/extra/*.toml", "/etc/containerd/conf.d/*.toml"]' in present.config_text
+    assert present.drop_in_text.startswith("# Written by gpuready.nvidia")
+    absent = run(case, present.config_text, present.drop_in_text, state="absent")
+    assert absent.config_text == before and absent.drop_in_text is None
+
+
+def test_refused_drop_in_is_named():
+    with pytest.raises(engine.ConfigError, match="99-nvidia.toml: invalid TOML at line 1"):
+        engine.edit("version = 2\n", engine.Request(), CONFIG, "/etc/containerd/conf.d/99-nvidia.toml", "[broken")
+
+
+@pytest.mark.parametrize("drop_in, message", [("conf.d/99.toml", "absolute"), ("/etc/containerd/conf.d/99.conf", ".toml"),
+                                              (CONFIG, "another file")])
+def test_bad_drop_in_paths(drop_in, message):
+    with pytest.raises(engine.ConfigError, match=re.escape(message)):
+        engine.edit("version = 2\n", engine.Request(), CONFIG, drop_in)
+
+
+@pytest.mark.parametrize("kwargs, message", [({"runtime_path": "bin/x"}, "absolute"),
+                                             ({"runtime_name": ""}, "runtime_name"),
+                                             ({"systemd_cgroup": "yes"}, "systemd_cgroup"),
+                                             ({"state": "gone"}, "state"),
+                                             ({"new_file_version": 7}, "config_version")])
+def test_bad_requests(kwargs, message):
+    with pytest.raises(engine.ConfigError, match=message):
+        engine.Request(**kwargs)
+
+
+@pytest.mark.parametrize("kubelet, expected", [(None, None), ({"cgroupDriver": "systemd"}, True),
+                                               ({"cgroupDriver": "cgroupfs"}, False), ({}, False)])
+def test_kubelet_systemd_cgroup(kubelet, expected):
+    assert engine.kubelet_systemd_cgroup(kubelet) is expected
+
+
+def test_kubelet_with_unknown_driver_is_refused():
+    with pytest.raises(engine.ConfigError, match="cgroupDriver"):
+        engine.kubelet_systemd_cgroup({"cgroupDriver": "weird"})
+
+
+def test_semantic_problems():
+    v3 = "version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia]\n"
+    assert "silently ignores" in engine.semantic_problems(v3, "c.toml", 1)[0]
+    assert engine.semantic_problems(v3, "c.toml", 2) == []
+    no_entry = 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\ndefault_runtime_name = "nvidia"\n'
+    assert "has no entry" in engine.semantic_problems(no_entry, "c.toml", 1)[0]
+    no_runc = 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n'
+    assert "runc is not" in engine.semantic_problems(no_runc, "c.toml", 1)[0]
+
+
+def test_dump_problem():
+    dump = ('version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\ndefault_runtime_name = "nvidia"\n'
+            '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]\nBinaryName = "/x"\n')
+    assert engine.dump_problem(dump, "nvidia", "/x", "nvidia") is None
+    assert "BinaryName" in engine.dump_problem(dump, "nvidia", "/y")
+    assert "no runtime" in engine.dump_problem(dump, "gpu", "/x")
+    assert "default_runtime_name" in engine.dump_problem(dump, "nvidia", "/x", "runc")
+    assert "not print TOML" in engine.dump_problem("[", "nvidia", "/x")

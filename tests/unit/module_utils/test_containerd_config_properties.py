@@ -1,0 +1,155 @@
+# -*- coding: utf-8 -*-
+"""Property tests: random valid containerd configs with extra tables, keys, comments and layouts."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import tomllib
+
+import pytest
+import tomlkit
+import tomlkit.exceptions
+from hypothesis import HealthCheck, assume, event, given, settings, strategies as st
+
+from ansible_collections.gpuready.nvidia.plugins.module_utils import containerd_config as engine
+
+CONFIG = "/etc/containerd/config.toml"
+DROP_IN = "/etc/containerd/conf.d/99-nvidia.toml"
+CRI_BY_VERSION = {None: "cri", 1: "cri", 2: '"io.containerd.grpc.v1.cri"', 3: "'io.containerd.cri.v1.runtime'"}
+
+names = st.from_regex(r"\A[a-z][a-z0-9_]{0,7}\Z").filter(lambda n: n not in ("version", "imports", "plugins"))
+scalars = st.one_of(st.integers(-5, 5000), st.booleans(),
+                    st.text("abcxyz/._-:0123456789 ", max_size=12).map(lambda s: '"%s"' % s)).map(
+    lambda v: str(v).lower() if isinstance(v, bool) else str(v))
+comments = st.one_of(st.just(""), st.text("abc XYZ=[]#'\"", max_size=15).map(lambda s: " # " + s))
+indents = st.sampled_from(["", "  ", "    "])
+
+
+@st.composite
+def key_lines(draw, reserved=()):
+    keys = draw(st.lists(names.filter(lambda n: n not in reserved), max_size=3, unique=True))
+    indent = draw(indents)
+    return "".join("%s%s = %s%s\n" % (indent, k, draw(scalars), draw(comments)) for k in keys)
+
+
+@st.composite
+def configs(draw):
+    version = draw(st.sampled_from([None, 1, 2, 3]))
+    cri = CRI_BY_VERSION[version]
+    head = "" if version is None else "version = %d%s\n" % (version, draw(comments))
+    head += draw(key_lines(reserved=("enable_cdi",)))
+    if version is None and not head:
+        head = "root = \"/var/lib/containerd\"\n"
+    sections = []
+    if draw(st.booleans()):
+        sections.append("[plugins.%s]\n%s%s" % (cri, draw(key_lines(reserved=("containerd", "enable_cdi"))),
+                                                "  enable_cdi = false\n" if draw(st.booleans()) else ""))
+    if draw(st.booleans()):
+        default = '  default_runtime_name = "runc"%s\n' % draw(comments) if draw(st.booleans()) else ""
+        sections.append("[plugins.%s.containerd]\n%s%s" % (
+            cri, default, draw(key_lines(reserved=("runtimes", "default_runtime_name", "default_runtime")))))
+    for runtime in draw(st.lists(st.sampled_from(["runc", "crun", "kata"]), max_size=2, unique=True)):
+        body = '  runtime_type = "io.containerd.runc.v2"\n' + draw(key_lines(reserved=("options",)))
+        sections.append("[plugins.%s.containerd.runtimes.%s]\n%s" % (cri, runtime, body))
+        if draw(st.booleans()):
+            sections.append("[plugins.%s.containerd.runtimes.%s.options]\n%s" % (
+                cri, runtime, draw(key_lines(reserved=("BinaryName", "binaryname", "SystemdCgroup",
+                                                       "systemdcgroup", "Runtime", "runtime")))))
+    for extra in draw(st.lists(st.sampled_from(["grpc", "metrics", 'plugins."io.containerd.internal.v1.opt"',
+                                                "debug"]), max_size=3, unique=True)):
+        sections.append("[%s]\n%s" % (extra, draw(key_lines())))
+    order = draw(st.permutations(sections))
+    separators = [draw(st.sampled_from(["", "\n", "# a comment line\n", "\n# section\n"])) for _ in order]
+    text = head + "".join(sep + section for sep, section in zip(separators, order))
+    if draw(st.booleans()):
+        text += "# trailing comment\n"
+    return text
+
+
+requests = st.builds(engine.Request, set_as_default=st.sampled_from([None, True, False]),
+                     enable_cdi=st.booleans(), systemd_cgroup=st.sampled_from(["auto", True, False]),
+                     kubelet_systemd_cgroup=st.sampled_from([None, True, False]))
+
+
+def _strip_ours(doc):
+    """Plain data minus what the engine owns: our runtime, a runc it declared, default, cdi, imports."""
+    plugins = doc.get("plugins", {})
+    for cri in engine.CRI_TABLES:
+        table = plugins.get(cri)
+        if not isinstance(table, dict):
+            continue
+        table.pop("enable_cdi", None)
+        ctr = table.get("containerd", {})
+        ctr.pop("default_runtime_name", None)
+        runtimes = ctr.get("runtimes", {})
+        runtimes.pop("nvidia", None)
+        for parent, key in ((ctr, "runtimes"), (table, "containerd"), (plugins, cri)):
+            if parent.get(key) == {}:
+                del parent[key]
+    if doc.get("plugins") == {}:
+        del doc["plugins"]
+    doc.pop("imports", None)
+    doc.pop("version", None)
+    return doc
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=configs(), request=requests, drop_in=st.sampled_from([None, DROP_IN]))
+def test_random_configs(text, request, drop_in):
+    before = tomllib.loads(text)  # the generator only makes valid TOML
+    assume(not (drop_in and before.get("version", 1) == 1))  # D3: refused, covered by the cases
+    try:
+        tomlkit.parse(text)
+    except tomlkit.exceptions.ParseError:
+        # Valid TOML that tomlkit cannot read (some orders of split tables): a clear refusal.
+        with pytest.raises(engine.ConfigError, match="invalid TOML at line"):
+            engine.edit(text, request, CONFIG, drop_in)
+        return
+    try:
+        present = engine.edit(text, request, CONFIG, drop_in)
+    except engine.ConfigError as exc:
+        # The one refusal a valid file may get: tomlkit cannot re-lay-out some split-table orders.
+        assert "tomlkit cannot lay out this edit" in str(exc), str(exc)
+        event("refused: split tables")
+        return
+    after = tomllib.loads(present.config_text)
+    runtimes_before = _runtimes(before)
+    declared_runc = not runtimes_before and "runc" in _runtimes(after) and drop_in is None
+    stripped = _strip_ours(after)
+    if declared_runc:  # D5
+        _drop_declared_runc(stripped)
+    assert stripped == _strip_ours(tomllib.loads(text))
+    if drop_in:
+        assert tomllib.loads(present.drop_in_text)["version"] == before["version"]
+
+    again = engine.edit(present.config_text, request, CONFIG, drop_in, present.drop_in_text)
+    assert (again.config_text, again.drop_in_text) == (present.config_text, present.drop_in_text)
+
+    request.state = "absent"
+    absent = engine.edit(present.config_text, request, CONFIG, drop_in, present.drop_in_text)
+    assert absent.config_text == text
+    assert absent.drop_in_text is None
+
+
+def _runtimes(doc):
+    for cri in engine.CRI_TABLES:
+        runtimes = doc.get("plugins", {}).get(cri, {}).get("containerd", {}).get("runtimes")
+        if runtimes:
+            return runtimes
+    return {}
+
+
+def _drop_declared_runc(doc):
+    for cri in engine.CRI_TABLES:
+        ctr = doc.get("plugins", {}).get(cri, {}).get("containerd", {})
+        if "runc" in ctr.get("runtimes", {}):
+            del ctr["runtimes"]["runc"]
+            if not ctr["runtimes"]:
+                del ctr["runtimes"]
+            if not ctr:
+                del doc["plugins"][cri]["containerd"]
+            if not doc["plugins"][cri]:
+                del doc["plugins"][cri]
+            if not doc["plugins"]:
+                del doc["plugins"]
