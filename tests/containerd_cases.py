@@ -36,9 +36,12 @@ def real_configs():
     return sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".toml"))
 
 
-def input_text(case):
-    """None when the case says the file does not exist."""
-    return None if case.get("input_file_exists") is False else case["input_toml"]
+def input_text(case, config_dir=CASE_CONFIG_DIR):
+    """None when the case says the file does not exist; imports under /etc/containerd/ move to config_dir."""
+    if case.get("input_file_exists") is False:
+        return None
+    return "".join(line.replace(CASE_CONFIG_DIR + "/", config_dir + "/") if line.startswith("imports") else line
+                   for line in case["input_toml"].splitlines(True))
 
 
 def drop_in_path(case, config_dir):
@@ -95,12 +98,23 @@ def same(a, b):
     return type(a) is type(b) and a == b
 
 
-def expectation_failures(case, config_text, drop_in_text):
+def _in_config_dir(value, config_dir):
+    """Expected values name paths under /etc/containerd, which stands for the config's folder."""
+    if isinstance(value, list):
+        return [_in_config_dir(v, config_dir) for v in value]
+    if isinstance(value, str) and value.startswith(CASE_CONFIG_DIR + "/"):
+        return config_dir + value[len(CASE_CONFIG_DIR):]
+    return value
+
+
+def expectation_failures(case, config_text, drop_in_text, config_dir=CASE_CONFIG_DIR):
     """Every `expect` entry and preserved substring that the result breaks (empty = pass)."""
     docs = {"config": tomllib.loads(config_text or ""), "drop_in": tomllib.loads(drop_in_text or "")}
     failures = []
     for expect in case["expect"]:
         value = lookup(docs[expect.get("file", "config")], expect["path"])
+        if "equals" in expect and expect["path"] == ["imports"]:
+            expect = dict(expect, equals=_in_config_dir(expect["equals"], config_dir))
         if expect.get("absent"):
             if value is not MISSING:
                 failures.append("%s should be absent, is %r" % (expect["path"], value))

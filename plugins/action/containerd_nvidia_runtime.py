@@ -37,8 +37,9 @@ class ActionModule(ActionBase):
         if isinstance(args.get("config_version"), int):
             args["config_version"] = str(args["config_version"])
         self._task.args = args
-        validation, params = self.validate_argument_spec(argument_spec=engine.ARGUMENT_SPEC)
-        del validation
+        dummy, params = self.validate_argument_spec(argument_spec=engine.ARGUMENT_SPEC)
+        # Plain str, not Ansible's tagged strings: they end up as TOML values.
+        params = dict((k, str(v) if isinstance(v, str) else v) for k, v in params.items())
         if not engine.HAS_TOMLKIT:
             raise AnsibleActionFail("containerd_nvidia_runtime needs the Python library tomlkit on the "
                                     "controller (pip install tomlkit): %s" % engine.TOMLKIT_IMPORT_ERROR)
@@ -138,6 +139,8 @@ class ActionModule(ActionBase):
             rewrite = engine.covering_import(outcome.config_text, drop_in, params["path"])
         dump = self._node(task_vars, op="validate", files=files, import_rewrite=rewrite,
                           containerd_binary=params["containerd_binary"])["dump"]
+        if engine.cri_disabled(outcome.config_text):
+            return  # already warned: a containerd without CRI has no runtimes to show
         problem = engine.dump_problem(dump, params["runtime_name"], params["runtime_path"],
                                       outcome.default_runtime_name)
         if problem:

@@ -127,6 +127,14 @@ def plain(value):
     return value
 
 
+def _kind(value):
+    """TOML type of a plain value (bool before int: True is an int in Python)."""
+    for kind in (bool, int, float, str):
+        if isinstance(value, kind):
+            return kind
+    return type(value)
+
+
 def _same(a, b):
     """TOML equality that tells booleans from integers."""
     a, b = plain(a), plain(b)
@@ -134,7 +142,7 @@ def _same(a, b):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    return type(a) is type(b) and a == b
+    return _kind(a) is _kind(b) and a == b
 
 
 def _is_table(value):
@@ -410,9 +418,18 @@ def cri_table_name(doc, version, filename, warnings):
     return implied
 
 
-def _check_cri_enabled(doc, filename, warnings):
+def _cri_disabled(doc):
     disabled = plain(doc.get("disabled_plugins", []))
-    if isinstance(disabled, list) and any(p in CRI_PLUGIN_IDS for p in disabled):
+    return isinstance(disabled, list) and any(p in CRI_PLUGIN_IDS for p in disabled)
+
+
+def cri_disabled(text):
+    """True when the config switches the CRI plugin off (Docker's containerd.io does)."""
+    return _cri_disabled(tomlkit.parse(text))
+
+
+def _check_cri_enabled(doc, filename, warnings):
+    if _cri_disabled(doc):
         warnings.append(
             "%s: disabled_plugins switches the CRI plugin off; Kubernetes cannot use this containerd "
             "until 'cri' is removed from disabled_plugins" % filename)

@@ -1,0 +1,127 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpuready.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Fixtures for tests against real containerd daemons (1.6, 1.7, 2.x). No Ansible imports.
+
+``make test`` exports the binaries as GPUREADY_CONTAINERD_1_6, GPUREADY_CONTAINERD_1_7 and
+GPUREADY_CONTAINERD_2. Missing one skips the test, or fails it when GPUREADY_REQUIRE_REAL=1
+(CI must not go green by skipping). For a hand run, 1.6 falls back to a containerd 1.6 on PATH.
+
+    def test_x(containerd_daemon):
+        d = containerd_daemon('2', config_text='version = 3\\n...')
+        assert d.cri_status()['runtime_ready']
+"""
+
+from __future__ import absolute_import, division, print_function
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+from ansible_collections.gpuready.nvidia.tests.integration.containerd_daemon import (
+    SERIES, ContainerdDaemon, binary_version)
+
+ENV_VARS = {'1.6': 'GPUREADY_CONTAINERD_1_6', '1.7': 'GPUREADY_CONTAINERD_1_7', '2': 'GPUREADY_CONTAINERD_2'}
+
+
+def _require_real():
+    return os.environ.get('GPUREADY_REQUIRE_REAL') == '1'
+
+
+def _find_binary(series):
+    """(path, None) or (None, why not)."""
+    env = ENV_VARS[series]
+    path = os.environ.get(env)
+    if path:
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path, None
+        return None, '%s=%s is not an executable file' % (env, path)
+    system = shutil.which('containerd')
+    if series == '1.6' and system and binary_version(system).startswith('1.6.'):
+        return system, None
+    return None, '%s is not set (run through `make test`, or export it)' % env
+
+
+def _missing(why):
+    if _require_real():
+        pytest.fail('real containerd required (GPUREADY_REQUIRE_REAL=1): %s' % why, pytrace=False)
+    pytest.skip(why)
+
+
+def _check_root():
+    if os.geteuid() != 0:
+        _missing('containerd daemons need root')
+
+
+@pytest.fixture(scope='session')
+def containerd_binaries():
+    """{"1.6": path, "1.7": path, "2": path}; skips (or fails) unless all three are there."""
+    found = {}
+    for series in SERIES:
+        path, why = _find_binary(series)
+        if not path:
+            _missing('containerd %s: %s' % (series, why))
+        found[series] = path
+    return found
+
+
+@pytest.fixture(scope='session')
+def containerd_binary():
+    """``containerd_binary(series)`` → path; skips (or fails) only when that series is missing."""
+    def get(series):
+        path, why = _find_binary(series)
+        if not path:
+            _missing('containerd %s: %s' % (series, why))
+        return path
+    return get
+
+
+@pytest.fixture
+def short_tmp():
+    """A short folder (/tmp/gr-XXXXXX): unix socket paths must stay under 108 bytes."""
+    path = tempfile.mkdtemp(prefix='gr-', dir='/tmp')
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def containerd_daemon(request, containerd_binary, short_tmp):  # pylint: disable=redefined-outer-name
+    """Factory: ``containerd_daemon(series, config_text=None, config_path=None, **kwargs)``.
+
+    Writes ``config_text`` to ``<workdir>/config.toml`` (or uses ``config_path`` as is), starts
+    the daemon in ``<short_tmp>/dN`` and returns the started ContainerdDaemon (kwargs go to it,
+    e.g. ``isolate=False``). Every daemon is stopped after the test; a failed test gets the tail
+    of each daemon's log in its report.
+    """
+    _check_root()
+    daemons = []
+
+    def start(series, config_text=None, config_path=None, **kwargs):
+        if (config_text is None) == (config_path is None):
+            raise ValueError('give exactly one of config_text and config_path')
+        workdir = os.path.join(short_tmp, 'd%d' % len(daemons))
+        os.makedirs(workdir)
+        if config_text is not None:
+            config_path = os.path.join(workdir, 'config.toml')
+            with open(config_path, 'w') as handle:
+                handle.write(config_text)
+        daemon = ContainerdDaemon(containerd_binary(series), config_path, workdir, **kwargs)
+        daemons.append(daemon)
+        return daemon.start()
+
+    request.node.gpuready_daemons = daemons  # read by pytest_runtest_makereport below
+    yield start
+    for daemon in daemons:
+        daemon.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):  # pylint: disable=unused-argument
+    """Attach the tail of each daemon's log to a failed test's report."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == 'call' and report.failed:
+        for daemon in getattr(item, 'gpuready_daemons', []):
+            report.sections.append(('containerd log %s' % daemon.workdir, daemon.log()[-20000:]))

@@ -1,0 +1,251 @@
+# -*- coding: utf-8 -*-
+"""containerd_nvidia_runtime through ansible-playbook, on files on disk, validated by the node's
+real containerd; then every result loaded by real daemons (v1/v2 by 1.6 and 1.7, v3 by 2.x)."""
+
+from __future__ import absolute_import, division, print_function
+
+import hashlib
+import os
+import re
+import shutil
+import stat
+import subprocess
+import tomllib
+
+import pytest
+
+import containerd_cases as cases
+from playbook import run_tasks
+
+MODULE = "gpuready.nvidia.containerd_nvidia_runtime"
+CASES = cases.all_cases()
+REAL = cases.real_configs()
+
+
+def _sha(path):
+    if not os.path.exists(path):
+        return None
+    with open(path, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
+
+
+def _read(path):
+    if not os.path.exists(path):
+        return None
+    with open(path) as handle:
+        return handle.read()
+
+
+def _lay_out(folder, case):
+    os.makedirs(folder)
+    config = os.path.join(folder, "config.toml")
+    text = cases.input_text(case, folder)
+    if text is not None:
+        with open(config, "w") as handle:
+            handle.write(text)
+        if case.get("input_file_mode"):
+            os.chmod(config, int(case["input_file_mode"], 8))
+    kubelet = cases.kubelet_config_text(case)
+    if kubelet:
+        with open(os.path.join(folder, "kubelet.yaml"), "w") as handle:
+            handle.write(kubelet)
+    return config
+
+
+@pytest.fixture(scope="module")
+def case_runs(tmp_path_factory, containerd_binaries):
+    """Every case three times through the plugin in one ansible-playbook run: first run, second run,
+    and check mode (with diff) on a fresh copy."""
+    root = str(tmp_path_factory.mktemp("cases"))
+    tasks = []
+    for index, (source, case) in enumerate(CASES):
+        for kind in ("run", "check"):
+            folder = os.path.join(root, "%d-%s" % (index, kind))
+            _lay_out(folder, case)
+            args = cases.module_args(case, folder)
+            args["kubelet_config"] = os.path.join(folder, "kubelet.yaml")
+            args["containerd_binary"] = containerd_binaries["2" if case.get("containerd_major") == 2 else "1.6"]
+            names = ["first", "second"] if kind == "run" else ["check"]
+            for name in names:
+                task = {"name": "%s %s %s" % (case["name"], kind, name), MODULE: args,
+                        "register": "r%d_%s" % (index, name), "ignore_errors": True}
+                if name == "check":
+                    task["check_mode"] = True
+                tasks.append(task)
+    proc, results = run_tasks(root, tasks)
+    return root, results, proc.stdout
+
+
+@pytest.mark.parametrize("index", range(len(CASES)), ids=[cases.case_id(c) for c in CASES])
+def test_case_through_the_plugin(case_runs, index):
+    root, results, log = case_runs
+    case = CASES[index][1]
+    folder = os.path.join(root, "%d-run" % index)
+    check_folder = os.path.join(root, "%d-check" % index)
+    config = os.path.join(folder, "config.toml")
+    drop_in = cases.drop_in_path(case, folder)
+    first, second, check = results["r%d_first" % index], results["r%d_second" % index], results["r%d_check" % index]
+    original = cases.input_text(case, folder)
+    original_sha = hashlib.sha256(original.encode()).hexdigest() if original is not None else None
+    check_original = cases.input_text(case, check_folder)
+    check_sha = hashlib.sha256(check_original.encode()).hexdigest() if check_original is not None else None
+
+    if case.get("expect_error"):
+        assert first.get("failed"), first
+        assert re.search(case.get("expect_error_match", ""), first["msg"], re.I), first["msg"]
+        assert _sha(config) == original_sha  # refused: byte for byte as it was
+        assert drop_in is None or not os.path.exists(drop_in)
+        assert check.get("failed") and _sha(os.path.join(check_folder, "config.toml")) == check_sha
+        return
+
+    assert not first.get("failed"), first.get("msg", first)
+    assert first["changed"] == case["expect_changed"]
+    assert cases.expectation_failures(case, _read(config), _read(drop_in) if drop_in else None, folder) == []
+    assert first["restart_required"] == first["changed"]
+    if case.get("expect_file_mode"):
+        assert "%04o" % stat.S_IMODE(os.stat(config).st_mode) == case["expect_file_mode"]
+    # Second run: nothing to do, same bytes.
+    assert not second.get("failed"), second.get("msg")
+    assert second["changed"] is False
+    assert second["diff"] == []
+    # Check mode on a fresh copy: same verdict and diff, nothing written.
+    assert not check.get("failed"), check.get("msg")
+    assert check["changed"] == first["changed"]
+    assert _sha(os.path.join(check_folder, "config.toml")) == check_sha
+    written = {d["after_header"]: d["after"] for d in first["diff"]}
+    predicted = {d["after_header"].replace(check_folder, folder): d["after"].replace(check_folder, folder)
+                 for d in check["diff"]}
+    assert predicted == written
+    for path, text in written.items():
+        assert text == _read(path)
+
+
+@pytest.fixture(scope="module")
+def real_config_runs(tmp_path_factory, containerd_binaries):
+    """Every real config: present (set as default), again, then absent on a copy of the result."""
+    root = str(tmp_path_factory.mktemp("real"))
+    tasks = []
+    for index, source in enumerate(REAL):
+        folder = os.path.join(root, str(index))
+        os.makedirs(folder)
+        config = os.path.join(folder, "config.toml")
+        shutil.copy(source, config)
+        args = {"path": config, "set_as_default": True, "kubelet_config": os.path.join(folder, "none.yaml"),
+                "containerd_binary": containerd_binaries[_real_series(source)[0]], "backup": True}
+        tasks += [{"name": "%s present" % os.path.basename(source), MODULE: args, "register": "p%d" % index,
+                   "ignore_errors": True},
+                  {"name": "%s again" % os.path.basename(source), MODULE: args, "register": "a%d" % index,
+                   "ignore_errors": True},
+                  {"name": "copy result", "ansible.builtin.copy": {"src": config, "dest": config + ".result",
+                                                                   "remote_src": True, "mode": "preserve"}},
+                  {"name": "%s absent" % os.path.basename(source),
+                   MODULE: dict(args, state="absent", backup=False), "register": "x%d" % index,
+                   "ignore_errors": True}]
+    _proc, results = run_tasks(root, tasks)
+    return root, results
+
+
+@pytest.mark.parametrize("index", range(len(REAL)), ids=[os.path.basename(p) for p in REAL])
+def test_real_config_through_the_plugin(real_config_runs, index):
+    root, results = real_config_runs
+    present, again, absent = results["p%d" % index], results["a%d" % index], results["x%d" % index]
+    assert not present.get("failed"), present.get("msg")
+    assert present["changed"] and present["default_runtime_name"] == "nvidia"
+    config = os.path.join(root, str(index), "config.toml")
+    assert present["backups"][config] and _read(present["backups"][config]) == _read(REAL[index])
+    assert not again.get("failed") and again["changed"] is False
+    assert not absent.get("failed"), absent.get("msg")
+    original = _read(REAL[index])
+    if "runtimes.nvidia]" not in original and "runtimes.'nvidia']" not in original:
+        assert _read(config) == original  # present then absent: the original bytes
+
+
+def _series_for(case):
+    return ["2"] if case.get("containerd_major") == 2 else ["1.6", "1.7"]
+
+
+LOADED_CASES = [(i, series) for i, (_s, case) in enumerate(CASES) if not case.get("expect_error")
+                for series in _series_for(case)]
+
+
+@pytest.mark.parametrize("index, series", LOADED_CASES,
+                         ids=["%s@%s" % (cases.case_id(CASES[i]), s) for i, s in LOADED_CASES])
+def test_case_result_loads_in_real_containerd(case_runs, containerd_daemon, index, series):
+    root, _results, _log = case_runs
+    case = CASES[index][1]
+    folder = os.path.join(root, "%d-run" % index)
+    config = os.path.join(folder, "config.toml")
+    drop_in = cases.drop_in_path(case, folder)
+    daemon = containerd_daemon(series, config_path=config)
+    status = daemon.cri_status()
+    assert status["runtime_ready"], status["conditions"]
+    effective = tomllib.loads(_read(drop_in) if drop_in else _read(config))
+    default = _default_in(effective) or "runc"
+    assert status["default_runtime_name"] == default
+    name = case["options"]["runtime_name"]
+    if case["options"].get("state") == "absent":
+        assert name not in status["runtimes"]
+        return
+    assert status["runtimes"][name]["options"]["BinaryName"] == case["options"]["binary_path"]
+
+
+def _default_in(doc):
+    for table in doc.get("plugins", {}).values():
+        if isinstance(table, dict) and "default_runtime_name" in table.get("containerd", {}):
+            return table["containerd"]["default_runtime_name"]
+    return None
+
+
+@pytest.fixture(scope="module")
+def node_files(containerd_binaries):
+    """Files the real configs reference and their nodes have (base runtime specs, Talos' imported
+    part); made for the test when missing and removed afterwards."""
+    ctr = os.path.join(os.path.dirname(containerd_binaries["1.6"]), "ctr")
+    spec = subprocess.run([ctr, "oci", "spec"], stdout=subprocess.PIPE, check=True,
+                          universal_newlines=True).stdout
+    wanted = {"/etc/containerd/cri-base.json": spec, "/etc/containerd/base-runtime-spec.json": spec,
+              "/etc/cri/conf.d/cri.toml": "version = 3\n"}
+    created_files, created_dirs = [], []
+    for path, content in wanted.items():
+        if os.path.exists(path):
+            continue
+        missing = os.path.dirname(path)
+        while not os.path.exists(missing):
+            created_dirs.insert(0, missing)
+            missing = os.path.dirname(missing)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as handle:
+            handle.write(content)
+        created_files.append(path)
+    yield
+    for path in created_files:
+        os.unlink(path)
+    for folder in reversed(created_dirs):
+        os.rmdir(folder)
+
+
+def _real_series(path):
+    doc = tomllib.loads(_read(path))
+    if doc.get("version", 1) >= 3 or "io.containerd.cri.v1.runtime" in doc.get("plugins", {}):
+        return ["2"]
+    return ["1.6", "1.7"]
+
+
+LOADED_REAL = [(i, series) for i, path in enumerate(REAL) for series in _real_series(path)]
+
+
+@pytest.mark.parametrize("index, series", LOADED_REAL,
+                         ids=["%s@%s" % (os.path.basename(REAL[i]), s) for i, s in LOADED_REAL])
+def test_real_config_result_loads_in_real_containerd(real_config_runs, node_files, containerd_daemon, index,
+                                                     series):
+    root, _results = real_config_runs
+    result = os.path.join(root, str(index), "config.toml.result")
+    daemon = containerd_daemon(series, config_path=result)
+    if "disabled_plugins = [\"cri\"]" in _read(result):
+        # Docker's containerd.io switches CRI off; the module warned, containerd serves no CRI.
+        assert daemon.plugin_status("io.containerd.grpc.v1", "cri") is None
+        return
+    status = daemon.cri_status()
+    assert status["runtime_ready"], status["conditions"]
+    assert status["default_runtime_name"] == "nvidia"
+    assert status["runtimes"]["nvidia"]["options"]["BinaryName"] == "/usr/bin/nvidia-container-runtime"
