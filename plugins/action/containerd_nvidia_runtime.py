@@ -13,6 +13,7 @@ from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuready.nvidia.plugins.module_utils import containerd_config as engine
+from ansible_collections.gpuready.nvidia.plugins.module_utils import k3s_containerd
 
 try:
     import yaml
@@ -21,6 +22,7 @@ except ImportError:  # pragma: no cover - ansible-core itself needs PyYAML
     HAS_YAML = False
 
 NODE_MODULE = "gpuready.nvidia.containerd_config_file"
+DEFAULT_CONFIG = "/etc/containerd/config.toml"
 
 
 class ActionModule(ActionBase):
@@ -57,6 +59,11 @@ class ActionModule(ActionBase):
         return reply
 
     def _run(self, params, task_vars):
+        if params["flavor"] != "containerd":
+            return self._run_k3s(params, task_vars)
+        if params["flavor_config_dir"]:
+            raise AnsibleActionFail("flavor_config_dir is for flavor k3s or rke2")
+        params["path"] = params["path"] or DEFAULT_CONFIG
         path, drop_in = params["path"], params["drop_in"]
         paths = [path] + ([drop_in] if drop_in else [])
         facts = self._node(task_vars, op="read", paths=paths,
@@ -83,6 +90,10 @@ class ActionModule(ActionBase):
         if changes and params["validate"] and request.state == "present":
             self._validate(params, outcome, major, drop_in, task_vars)
 
+        return self._write(params, changes, outcome, task_vars)
+
+    def _write(self, params, changes, outcome, task_vars):
+        """Hand the changed files to the node (unless check mode) and build the result."""
         written = {"written": [p for p, _o, _n in changes], "backups": {}}
         if changes and not self._task.check_mode:
             written = self._node(task_vars, op="write", backup=params["backup"],
@@ -100,6 +111,28 @@ class ActionModule(ActionBase):
             "files": written.get("written", []),
             "warnings": outcome.warnings,
         }
+
+    def _run_k3s(self, params, task_vars):
+        """k3s/RKE2 render config.toml themselves: read it, write only files they read (see k3s_containerd)."""
+        flavor = params["flavor"]
+        rendered = params["path"] or k3s_containerd.rendered_config(flavor)
+        config_dir = params["flavor_config_dir"] or "/etc/rancher/%s" % flavor
+        request = self._request(dict(params, config_version="3"), None, None)
+        candidates = [k3s_containerd.template_path(rendered, v) for v in (2, 3)]
+        candidates.append(k3s_containerd.default_runtime_file(config_dir, params["runtime_name"]))
+        if params["drop_in"]:
+            candidates.append(params["drop_in"])
+        files = self._node(task_vars, op="read", paths=[rendered] + candidates)["files"]
+        try:
+            wanted, outcome = k3s_containerd.plan(
+                flavor, rendered, files[rendered]["content"], dict((p, files[p]["content"]) for p in candidates),
+                request, config_dir, params["drop_in"])
+        except engine.ConfigError as exc:
+            raise AnsibleActionFail(to_text(exc))
+        changes = [(p, files[p], new) for p, new in sorted(wanted.items())]
+        result = self._write(params, changes, outcome, task_vars)
+        result["restart_service"] = flavor
+        return result
 
     def _request(self, params, containerd_major, kubelet_text):
         if params["config_version"] == "auto":

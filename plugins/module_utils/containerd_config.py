@@ -229,9 +229,14 @@ def _concrete(table, key):
     return (holding or headed or parts)[0]
 
 
+def _item_of(table, key):
+    """table.item(key) for a document or a table (tomlkit < 0.13.1 Tables have no .item)."""
+    return (table.value if isinstance(table, _Table) else table).item(key)
+
+
 def _item(table, key):
     """The tomlkit item (with its comment) for key; table[key] unwraps booleans."""
-    return _concrete(table, key).item(key)
+    return _item_of(_concrete(table, key), key)
 
 
 def _containers(container):
@@ -265,7 +270,7 @@ def _insert(doc, parent, key, item):
                 container.body[index] = (entry_key, _Null())  # Null keeps tomlkit's indexes valid
     for other, indent, trail in trivia:
         other.trivia.indent, other.trivia.trail = indent, trail
-    inserted = parent.item(key)
+    inserted = _item_of(parent, key)
     _indent_like_siblings(parent, key, inserted)
     return inserted
 
@@ -284,7 +289,7 @@ def _indent_like_siblings(parent, key, inserted):
         if len(inserted):
             last = inserted
             while [k for k in last if isinstance(last[k], _Table)]:
-                last = last.item([k for k in last if isinstance(last[k], _Table)][-1])
+                last = _item_of(last, [k for k in last if isinstance(last[k], _Table)][-1])
             last.add(tomlkit.nl())
         return
     values = [_item(parent, k) for k in parent if k != key and not _table_parts(parent[k])]
@@ -298,20 +303,20 @@ def _copy_indent(table, model):
         return
     header = model.trivia.indent.lstrip("\n")
     table.trivia.indent = header
-    model_values = [model.item(k) for k in model if not isinstance(model[k], _Table)]
-    model_tables = [model.item(k) for k in model if isinstance(model[k], _Table)]
+    model_values = [_item_of(model, k) for k in model if not isinstance(model[k], _Table)]
+    model_tables = [_item_of(model, k) for k in model if isinstance(model[k], _Table)]
     key_indent = model_values[0].trivia.indent.lstrip("\n") if model_values else header
     for k in table:
-        item = table.item(k)
+        item = _item_of(table, k)
         if isinstance(item, _Table):
             if k in model and isinstance(model[k], _Table):
-                _copy_indent(item, model.item(k))
+                _copy_indent(item, _item_of(model, k))
             elif model_tables:
                 _copy_indent(item, model_tables[0])
             else:  # nothing alike to copy: nest one level like the keys
                 item.trivia.indent = key_indent
                 for sub in item:
-                    item.item(sub).trivia.indent = key_indent + key_indent[len(header):]
+                    _item_of(item, sub).trivia.indent = key_indent + key_indent[len(header):]
         else:
             item.trivia.indent = key_indent
 
@@ -337,7 +342,7 @@ def _set_value(doc, table, key, value, note=""):
         _set_mark(item, note)
         _insert(doc, table, key, item)
         return True
-    old = table.item(key)
+    old = _item_of(table, key)
     if _same(old, value):
         return False
     note = _mark_of(old)
@@ -349,7 +354,7 @@ def _set_value(doc, table, key, value, note=""):
     _drop_mark(old)  # the first change already recorded the original value
     comment, comment_ws = old.trivia.comment, old.trivia.comment_ws
     table[key] = tomlkit.item(value)
-    new = table.item(key)
+    new = _item_of(table, key)
     new.trivia.comment, new.trivia.comment_ws = comment, comment_ws
     _set_mark(new, note)
     return True
@@ -358,16 +363,16 @@ def _set_value(doc, table, key, value, note=""):
 def _revert_value(table, key):
     """Undo _set_value: restore the recorded old value, or delete a key we added."""
     table = _concrete(table, key)
-    item = table.item(key)
+    item = _item_of(table, key)
     note = _mark_of(item)
     if note is None:
         return False
     if note.startswith("was "):
         old = tomlkit.parse("x = " + note[4:])
-        restored = old.item("x")
+        restored = _item_of(old, "x")
         restored.trivia.comment_ws, restored.trivia.comment = item.trivia.comment_ws, item.trivia.comment
         table[key] = restored
-        _drop_mark(table.item(key))
+        _drop_mark(_item_of(table, key))
     else:
         del table[key]
     return True
@@ -915,7 +920,9 @@ def kubelet_systemd_cgroup(kubelet_config):
 
 # The options of containerd_nvidia_runtime, shared by its action plugin and its documentation stub.
 ARGUMENT_SPEC = dict(
-    path=dict(type="path", default="/etc/containerd/config.toml"),
+    path=dict(type="path"),
+    flavor=dict(type="str", default="containerd", choices=["containerd", "k3s", "rke2"]),
+    flavor_config_dir=dict(type="path"),
     containerd_binary=dict(type="str", default="containerd"),
     runtime_name=dict(type="str", default="nvidia"),
     runtime_path=dict(type="path", default="/usr/bin/nvidia-container-runtime"),

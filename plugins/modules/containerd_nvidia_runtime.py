@@ -48,13 +48,36 @@ requirements:
   - tomlkit >= 0.11.6 (controller)
   - PyYAML (controller, to read the kubelet configuration)
 notes:
-  - Untested against k3s or RKE2, which regenerate C(config.toml) at every start; point O(path) at a
-    file containerd itself reads.
+  - O(flavor=k3s) and O(flavor=rke2) are tested against k3s' rendered configs (a GPU node and an RKE2 node),
+    not against a live k3s or RKE2.
 options:
   path:
-    description: containerd's main config file. A symbolic link is followed and kept.
+    description:
+      - containerd's main config file. A symbolic link is followed and kept.
+      - Defaults to C(/etc/containerd/config.toml); with O(flavor=k3s) or O(flavor=rke2), to the config they
+        render, C(/var/lib/rancher/<flavor>/agent/etc/containerd/config.toml), which is read and never written.
     type: path
-    default: /etc/containerd/config.toml
+  flavor:
+    description:
+      - V(containerd) edits O(path).
+      - V(k3s) and V(rke2) regenerate containerd's config at every start and add an C(nvidia) runtime themselves
+        when they find the toolkit's binary (C(nvidia-container-runtime) in C(/usr/bin), C(/usr/local/nvidia/toolkit)
+        and similar). So the rendered file is never edited. O(set_as_default) writes C(default-runtime) into
+        C(<flavor_config_dir>/config.yaml.d/90-gpuready-<runtime_name>.yaml); that agent option came with k3s
+        PR 8751 (late 2023; k3s 1.29 and the 1.26-1.28 patch releases of that time, as far as we know) and
+        older releases skip the key, leaving pods to select the runtime through a RuntimeClass.
+      - A runtime k3s does not detect itself (another name or path) goes into O(drop_in) when the rendered config
+        imports it (newer k3s import C(config-v3.toml.d/*.toml)), else into C(config-v3.toml.tmpl) (or
+        C(config.toml.tmpl) for a version 2 rendering) holding C({{ template "base" . }}) plus the runtime table
+        (the base template needs k3s 1.24.17, 1.25.13, 1.26.8, 1.27.5, 1.28.1 or later). A template of your own
+        is never edited. The appended table is checked against the rendered config for duplicate tables.
+      - Restart C(k3s), C(k3s-agent), C(rke2-server) or C(rke2-agent) afterwards (RV(restart_service)).
+    type: str
+    choices: [containerd, k3s, rke2]
+    default: containerd
+  flavor_config_dir:
+    description: The k3s or RKE2 configuration folder, C(/etc/rancher/k3s) or C(/etc/rancher/rke2) by default.
+    type: path
   containerd_binary:
     description:
       - containerd executable on the node (a name on E(PATH) or an absolute path), used by
@@ -185,6 +208,11 @@ warnings:
   returned: success
   type: list
   elements: str
+restart_service:
+  description: The service that must restart to load the change, for O(flavor=k3s) or O(flavor=rke2) (the agent's unit on agent nodes).
+  returned: flavor is k3s or rke2
+  type: str
+  sample: k3s
 diff:
   description: One before/after entry per changed file, rendered by Ansible as a unified diff with C(--diff).
   returned: changed

@@ -10,6 +10,7 @@ import stat
 
 import pytest
 
+import containerd_cases as cases
 from playbook import run_tasks
 
 MODULE = "gpuready.nvidia.containerd_nvidia_runtime"
@@ -49,6 +50,10 @@ def runs(tmp_path_factory, containerd_binaries):
     _write(d("race", "config.toml"), V2)
     _write(d("newdir", "keep.txt"), "")
     _write(d("kubelet", "config.yaml"), "kind: KubeletConfiguration\ncgroupDriver: systemd\n")
+    with open(os.path.join(cases.FIXTURES, "real-configs", "08-rke2-selinux-registry-auth.toml")) as handle:
+        _write(d("rke2", "agent", "config.toml"), handle.read())
+    rke2 = {"flavor": "rke2", "path": d("rke2", "agent", "config.toml"), "flavor_config_dir": d("rke2", "etc"),
+            "runtime_path": "/opt/nvidia/bin/nvidia-container-runtime", "set_as_default": True}
     base = {"containerd_binary": ctd16, "kubelet_config": d("none.yaml")}
     tasks = [
         {"name": "through a symlink", MODULE: dict(base, path=d("link", "etc", "config.toml"), set_as_default=True,
@@ -77,6 +82,12 @@ def runs(tmp_path_factory, containerd_binaries):
             "path": d("race", "config.toml"), "content": "version = 2\n",
             "checksum": "{{ read.files['%s'].checksum }}" % d("race", "config.toml")}]},
          "register": "race", "ignore_errors": True},
+        {"name": "rke2: runtime it does not detect, as default", MODULE: rke2, "register": "rke2_first"},
+        {"name": "rke2: again", MODULE: rke2, "register": "rke2_again"},
+        {"name": "rke2: keep what was written", "ansible.builtin.copy": {
+            "src": d("rke2", "agent", "config-v3.toml.tmpl"), "dest": d("rke2", "template.written"),
+            "remote_src": True, "mode": "0644"}},
+        {"name": "rke2: absent", MODULE: dict(rke2, state="absent"), "register": "rke2_absent"},
     ]
     _proc, results = run_tasks(root, tasks)
     return root, results
@@ -136,3 +147,20 @@ def test_concurrent_change_is_detected(runs):
     path = os.path.join(root, "race", "config.toml")
     assert _bytes(path) == (V2 + "# someone else\n").encode()
     assert hashlib.sha256(_bytes(path)).hexdigest() != results["read"]["files"][path]["checksum"]
+
+
+def test_rke2_flavor_writes_only_files_rke2_reads(runs):
+    root, results = runs
+    rendered = os.path.join(root, "rke2", "agent", "config.toml")
+    first = results["rke2_first"]
+    assert first["changed"] and first["restart_service"] == "rke2"
+    template = os.path.join(root, "rke2", "agent", "config-v3.toml.tmpl")
+    default_file = os.path.join(root, "rke2", "etc", "config.yaml.d", "90-gpuready-nvidia.yaml")
+    assert sorted(first["files"]) == sorted([template, default_file])
+    written = _bytes(os.path.join(root, "rke2", "template.written")).decode()
+    assert '{{ template "base" . }}' in written and "/opt/nvidia/bin/nvidia-container-runtime" in written
+    with open(os.path.join(cases.FIXTURES, "real-configs", "08-rke2-selinux-registry-auth.toml"), "rb") as handle:
+        assert _bytes(rendered) == handle.read()  # the rendered file is never edited
+    assert results["rke2_again"]["changed"] is False
+    assert results["rke2_absent"]["changed"]
+    assert not os.path.exists(template) and not os.path.exists(default_file)

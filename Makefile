@@ -1,0 +1,53 @@
+# gpuready.nvidia — build and test. `make test` is THE test command (also run by .ci/run).
+#
+#   make test         bootstrap build sanity lint units integration docs (stops at the first failure)
+#   make <stage>      one stage (plus bootstrap and build, which are cheap when already done)
+#   make clean        remove .build and .cache/dist;  make distclean: also .venv*, .cache
+#
+# Each stage prints "==> stage NAME: Ns". Caches kept between runs: .venv, .venv-latest,
+# .cache/ (containerd .debs, pip wheel, tomlkit-oldest) and ~/.ansible/test (sanity venvs).
+
+SHELL := /bin/bash
+.NOTPARALLEL:
+.DEFAULT_GOAL := test
+
+# Oldest tomlkit the containerd config engine supports; keep equal to requirements.txt.
+TOMLKIT_OLDEST ?= 0.11.6
+
+STAGE := tools/stage.sh
+
+.PHONY: test bootstrap build sanity lint units units-main units-tomlkit-oldest integration docs clean distclean
+
+test: bootstrap build sanity lint units integration docs
+
+bootstrap:
+	@$(STAGE) bootstrap tools/bootstrap.sh
+
+build: bootstrap
+	@$(STAGE) build tools/build.sh
+
+sanity: build
+	@$(STAGE) sanity tools/sanity.sh
+
+lint: build
+	@$(STAGE) lint tools/lint.sh
+
+units: units-main units-tomlkit-oldest
+
+units-main: build
+	@$(STAGE) units tools/pytest.sh units
+
+units-tomlkit-oldest: build
+	@$(STAGE) units-tomlkit-$(TOMLKIT_OLDEST) tools/pytest.sh tomlkit-oldest $(TOMLKIT_OLDEST)
+
+integration: build
+	@$(STAGE) integration tools/pytest.sh integration
+
+docs: build
+	@$(STAGE) docs tools/docs.sh
+
+clean:
+	rm -rf .build .cache/dist tests/output
+
+distclean: clean
+	rm -rf .venv .venv-latest .cache

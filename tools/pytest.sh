@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# `make units` / `make integration`: pytest in the built collection with tools/test-env.sh.
+#   tools/pytest.sh units | integration | tomlkit-oldest VERSION
+# pytest's own exit code is kept: 5 ("no tests collected") fails the stage.
+set -euo pipefail
+# shellcheck source=tools/test-env.sh
+. "$(dirname "$0")/test-env.sh"
+
+[ -d "$COLLECTION_DIR" ] || die "no $COLLECTION_DIR: run make build"
+cd "$COLLECTION_DIR"
+PYTEST=(python -m pytest -p no:cacheprovider --durations=10 -ra -o asyncio_default_fixture_loop_scope=function)
+
+case "${1:-}" in
+    units)
+        exec "${PYTEST[@]}" tests/unit
+        ;;
+    integration)
+        exec "${PYTEST[@]}" tests/integration
+        ;;
+    tomlkit-oldest)
+        version="${2:?tomlkit version}"
+        grep -qx "tomlkit>=$version" "$ROOT/requirements.txt" ||
+            die "requirements.txt does not say tomlkit>=$version (TOMLKIT_OLDEST): keep the two equal"
+        target="$CACHE/tomlkit-$version"
+        if [ ! -f "$target/.complete" ]; then
+            rm -rf "$target"
+            python -m pip install -q --target "$target" "tomlkit==$version"
+            touch "$target/.complete"
+        fi
+        export PYTHONPATH="$target:$PYTHONPATH"
+        imported="$(python -c 'import tomlkit; print(tomlkit.__version__, "from", tomlkit.__file__)')"
+        log "tomlkit imported: $imported"
+        case "$imported" in
+            "$version from $target/"*) ;;
+            *) die "expected tomlkit $version from $target" ;;
+        esac
+        exec "${PYTEST[@]}" tests/unit/module_utils
+        ;;
+    *)
+        die "usage: $0 units | integration | tomlkit-oldest VERSION"
+        ;;
+esac
