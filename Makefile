@@ -12,7 +12,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := test
 
 # Oldest tomlkit the containerd config engine supports; keep equal to requirements.txt.
-TOMLKIT_OLDEST ?= 0.11.6
+TOMLKIT_OLDEST ?= 0.15.1
 
 STAGE := tools/stage.sh
 

@@ -119,8 +119,8 @@ def expectation_failures(case, config_text, drop_in_text, config_dir=CASE_CONFIG
             if value is not MISSING:
                 failures.append("%s should be absent, is %r" % (expect["path"], value))
         elif value is MISSING or not same(value, expect["equals"]):
-            failures.append("%s is %r, expected %r" % (expect["path"], None if value is MISSING else value,
-                                                         expect["equals"]))
+            found = None if value is MISSING else value
+            failures.append("%s is %r, expected %r" % (expect["path"], found, expect["equals"]))
     for text in case.get("preserved_substrings", []):
         if text not in (config_text or ""):
             failures.append("lost %r" % text)

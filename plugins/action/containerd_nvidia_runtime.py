@@ -8,18 +8,14 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import yaml
+
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuready.nvidia.plugins.module_utils import containerd_config as engine
 from ansible_collections.gpuready.nvidia.plugins.module_utils import k3s_containerd
-
-try:
-    import yaml
-    HAS_YAML = True
-except ImportError:  # pragma: no cover - ansible-core itself needs PyYAML
-    HAS_YAML = False
 
 NODE_MODULE = "gpuready.nvidia.containerd_config_file"
 DEFAULT_CONFIG = "/etc/containerd/config.toml"

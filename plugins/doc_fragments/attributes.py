@@ -16,4 +16,6 @@ attributes:
     description: Can run in check mode and return changed status prediction without modifying target.
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check mode), when in diff mode.
+  action:
+    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
 """

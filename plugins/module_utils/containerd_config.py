@@ -244,12 +244,10 @@ def _containers(container):
     yield container
     for _key, item in container.body:
         if isinstance(item, _Table):
-            for sub in _containers(item.value):
-                yield sub
+            yield from _containers(item.value)
         elif isinstance(item, _AoT):
             for table in item.body:
-                for sub in _containers(table.value):
-                    yield sub
+                yield from _containers(table.value)
 
 
 def _insert(doc, parent, key, item):
@@ -839,8 +837,6 @@ def edit(config_text, request, config_path="/etc/containerd/config.toml", drop_i
     return outcome
 
 
-
-
 def semantic_problems(text, filename, containerd_major=None):
     """Checks that `containerd config dump` does not make (test-environment.md section 2)."""
     problems = []
@@ -899,8 +895,8 @@ def dump_problem(dump_text, runtime_name, runtime_path, default_runtime_name=Non
     if binary != runtime_path:
         return "config dump shows runtime %r with BinaryName %r, not %r" % (runtime_name, binary, runtime_path)
     if default_runtime_name and ctr.get("default_runtime_name") != default_runtime_name:
-        return "config dump shows default_runtime_name %r, not %r" % (ctr.get("default_runtime_name"),
-                                                                       default_runtime_name)
+        return "config dump shows default_runtime_name %r, not %r" % (
+            ctr.get("default_runtime_name"), default_runtime_name)
     return None
 
 
@@ -914,8 +910,6 @@ def kubelet_systemd_cgroup(kubelet_config):
     if driver not in ("systemd", "cgroupfs"):
         raise ConfigError("the kubelet config has cgroupDriver %r; expected systemd or cgroupfs" % (driver,))
     return driver == "systemd"
-
-
 
 
 # The options of containerd_nvidia_runtime, shared by its action plugin and its documentation stub.

@@ -86,8 +86,8 @@ def plan(flavor, rendered_path, rendered_text, files, request, flavor_config_dir
         if binary != request.runtime_path:
             raise engine.ConfigError(
                 "%s already renders runtime %r with BinaryName %r; a second table of that name would stop "
-                "containerd. Pick another runtime_name for %s." % (flavor, request.runtime_name, binary,
-                                                                    request.runtime_path))
+                "containerd. Pick another runtime_name for %s."
+                % (flavor, request.runtime_name, binary, request.runtime_path))
     elif detected_by_k3s(request):
         outcome.warnings.append("%s adds runtime %r itself once it finds %s at start: install the toolkit, "
                                 "then restart %s" % (flavor, request.runtime_name, request.runtime_path, flavor))

@@ -21,7 +21,7 @@ description:
     owner; new files are created C(0644). A symbolic link stays a link and its target is written.
   - Needs only the Python standard library on the node.
   - Use M(gpuready.nvidia.containerd_nvidia_runtime) in playbooks; this module is its transport.
-author: gpuready.nvidia contributors
+author: gpuready.nvidia contributors (!UNKNOWN)
 extends_documentation_fragment:
   - gpuready.nvidia.attributes
 attributes:
@@ -31,6 +31,8 @@ attributes:
   diff_mode:
     support: none
     details: The calling action plugin produces the diff.
+  action:
+    support: none
 options:
   op:
     description:

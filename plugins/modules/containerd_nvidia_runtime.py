@@ -32,7 +32,7 @@ description:
     with C(gpuready.nvidia), recording the old value. O(state=absent) reverts exactly those, so present
     then absent gives back the original file.
   - containerd reads its config only at start; RV(restart_required) says when it must be restarted.
-author: gpuready.nvidia contributors
+author: gpuready.nvidia contributors (!UNKNOWN)
 extends_documentation_fragment:
   - gpuready.nvidia.attributes
 attributes:
@@ -45,7 +45,7 @@ attributes:
     support: full
     details: Computes the new config on the controller; needs C(tomlkit) there.
 requirements:
-  - tomlkit >= 0.11.6 (controller)
+  - tomlkit >= 0.15.1 (controller)
   - PyYAML (controller, to read the kubelet configuration)
 notes:
   - O(flavor=k3s) and O(flavor=rke2) are tested against k3s' rendered configs (a GPU node and an RKE2 node),

@@ -36,7 +36,9 @@ def runs(tmp_path_factory, containerd_binaries):
     """Lay out one folder per situation, then run every task in one ansible-playbook call."""
     root = str(tmp_path_factory.mktemp("files"))
     ctd16, ctd2 = containerd_binaries["1.6"], containerd_binaries["2"]
-    d = lambda *p: os.path.join(root, *p)  # noqa: E731
+
+    def d(*parts):
+        return os.path.join(root, *parts)
     _write(d("link", "real", "config.toml"), V2, 0o640)
     os.makedirs(d("link", "etc"))
     os.symlink(d("link", "real", "config.toml"), d("link", "etc", "config.toml"))
@@ -67,9 +69,8 @@ def runs(tmp_path_factory, containerd_binaries):
         {"name": "new file in a new folder, version from containerd 2.x", MODULE: dict(
             base, path=d("newdir", "etc", "config.toml"), containerd_binary=ctd2, set_as_default=True,
             backup=True), "register": "newfile"},
-        {"name": "version 3 forced on a 1.6 node", MODULE: dict(base, path=d("v3on16", "config.toml"),
-                                                                 config_version=3), "register": "v3on16",
-         "ignore_errors": True},
+        {"name": "version 3 forced on a 1.6 node", "register": "v3on16", "ignore_errors": True,
+         MODULE: dict(base, path=d("v3on16", "config.toml"), config_version=3)},
         {"name": "a value containerd refuses", MODULE: dict(base, path=d("badkey", "config.toml")),
          "register": "badkey", "ignore_errors": True},
         {"name": "kubelet drives SystemdCgroup", MODULE: dict(base, path=d("kubelet", "config.toml"),

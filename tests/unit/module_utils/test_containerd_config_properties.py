@@ -60,7 +60,7 @@ def configs(draw):
                                                 "debug"]), max_size=3, unique=True)):
         sections.append("[%s]\n%s" % (extra, draw(key_lines())))
     order = draw(st.permutations(sections))
-    separators = [draw(st.sampled_from(["", "\n", "# a comment line\n", "\n# section\n"])) for _ in order]
+    separators = [draw(st.sampled_from(["", "\n", "# a comment line\n", "\n# section\n"])) for dummy in order]
     text = head + "".join(sep + section for sep, section in zip(separators, order))
     if draw(st.booleans()):
         text += "# trailing comment\n"

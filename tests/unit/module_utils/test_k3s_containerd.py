@@ -37,8 +37,8 @@ def test_gpu_node_needs_only_the_default():
     changes, outcome = plan(K3S_GPU, set_as_default=True)
     assert changes == {DEFAULT_FILE: k3s.OUR_HEADER + "\ndefault-runtime: nvidia\n"}
     assert outcome.config_version == 3 and outcome.default_runtime_name == "nvidia"
-    again, _ = plan(K3S_GPU, files=changes, set_as_default=True)
-    assert again == {}
+    again = plan(K3S_GPU, files=changes, set_as_default=True)
+    assert again[0] == {}
 
 
 def test_detected_runtime_is_left_to_k3s_with_a_warning():
@@ -48,7 +48,7 @@ def test_detected_runtime_is_left_to_k3s_with_a_warning():
 
 
 def test_undetected_runtime_gets_a_template_without_duplicate_tables():
-    changes, _ = plan(RKE2, runtime_path=CUSTOM)
+    changes = plan(RKE2, runtime_path=CUSTOM)[0]
     template = changes[TEMPLATE]
     assert template.startswith(k3s.OUR_HEADER) and '{{ template "base" . }}' in template
     table = template.split('{{ template "base" . }}\n', 1)[1]
@@ -74,14 +74,14 @@ def test_drop_in_needs_an_import_that_covers_it():
     with pytest.raises(engine.ConfigError, match="does not import"):
         plan(RKE2, drop_in=drop_in, runtime_path=CUSTOM)
     importing = 'imports = ["%s"]\n' % drop_in.replace("50-nvidia.toml", "*.toml") + RKE2
-    changes, _ = plan(importing, drop_in=drop_in, runtime_path=CUSTOM)
+    changes = plan(importing, drop_in=drop_in, runtime_path=CUSTOM)[0]
     assert tomllib.loads(changes[drop_in])["version"] == 3
 
 
 def test_absent_removes_only_our_files():
     files = {DEFAULT_FILE: k3s.OUR_HEADER + "\ndefault-runtime: nvidia\n",
              TEMPLATE: '{{ template "base" . }}\n'}
-    changes, _ = plan(K3S_GPU, files=files, state="absent")
+    changes = plan(K3S_GPU, files=files, state="absent")[0]
     assert changes == {DEFAULT_FILE: None}
 
 
