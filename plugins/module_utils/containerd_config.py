@@ -41,9 +41,8 @@ SUPPORTED_VERSIONS = (1, 2, 3, 4)
 # The CRI plugin table that holds `containerd.runtimes` for each config version.
 CRI_TABLE_BY_VERSION = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime",
                         4: "io.containerd.cri.v1.runtime"}
+# The CRI plugin's table names; listed in `disabled_plugins`, each also switches CRI off.
 CRI_TABLES = ("cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime")
-# Plugin ids that switch the whole CRI plugin off when listed in `disabled_plugins`.
-CRI_PLUGIN_IDS = ("cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime")
 RUNTIME_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
 
@@ -52,7 +51,8 @@ class ConfigError(Exception):
 
 
 class Request(object):
-    """What the caller wants. ``set_as_default`` and ``systemd_cgroup`` are tri-state (None = leave)."""
+    """What the caller wants. ``set_as_default`` is tri-state (None = leave as it is); ``systemd_cgroup``
+    is "auto" or a bool, and ``kubelet_systemd_cgroup`` what the kubelet's cgroupDriver implies (D4)."""
 
     def __init__(self, runtime_name="nvidia", runtime_path="/usr/bin/nvidia-container-runtime",
                  set_as_default=None, enable_cdi=False, systemd_cgroup="auto", kubelet_systemd_cgroup=None,
@@ -423,7 +423,7 @@ def cri_table_name(doc, version, filename, warnings):
 
 def _cri_disabled(doc):
     disabled = plain(doc.get("disabled_plugins", []))
-    return isinstance(disabled, list) and any(p in CRI_PLUGIN_IDS for p in disabled)
+    return isinstance(disabled, list) and any(p in CRI_TABLES for p in disabled)
 
 
 def cri_disabled(text):
