@@ -1,0 +1,215 @@
+# -*- coding: utf-8 -*-
+"""The GFD label engine against every case file entry, input checking, and the filter plugins."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import copy
+import hashlib
+import json
+import os
+import re
+import time
+
+import pytest
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.gpuready.nvidia.plugins.filter.gfd_labels import FilterModule as GfdLabelsFilters
+from ansible_collections.gpuready.nvidia.plugins.filter.gpu_resources import FilterModule as GpuResourcesFilters
+from ansible_collections.gpuready.nvidia.plugins.module_utils import gpu_labels as engine
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "gfd")
+PUBLIC = "gfd_label_cases.public.json"
+OWN = "gfd_label_cases.own.json"
+
+
+def load(name):
+    path = os.path.join(FIXTURES, name)
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [(name, case) for case in json.load(f)]
+
+
+ALL_CASES = load(PUBLIC) + load(OWN)
+
+
+def case_id(entry):
+    return "%s:%s" % (entry[0].split(".")[1], entry[1]["name"])
+
+
+def facts_of(case):
+    return dict((key, case[key]) for key in ("devices", "driver_version", "cuda_driver_version", "machine_type",
+                                             "vgpu_devices"))
+
+
+def options_of(case):
+    opts = case["options"]
+    return {"mig_strategy": opts["mig_strategy"], "sharing": opts.get("sharing")}
+
+
+def test_public_cases_are_byte_identical_to_shared():
+    shared = os.environ.get("GPUREADY_SHARED_DIR")
+    if not shared:
+        pytest.skip("../shared is not beside this checkout")
+    with open(os.path.join(shared, "reference", PUBLIC), "rb") as theirs, \
+            open(os.path.join(FIXTURES, PUBLIC), "rb") as ours:
+        assert hashlib.sha256(theirs.read()).hexdigest() == hashlib.sha256(ours.read()).hexdigest()
+
+
+def test_every_public_case_is_loaded():
+    assert len([e for e in ALL_CASES if e[0] == PUBLIC]) >= 11
+
+
+@pytest.mark.parametrize("entry", ALL_CASES, ids=case_id)
+def test_labels(entry):
+    case = entry[1]
+    timestamp = not case["options"].get("no_timestamp", True)
+    if case.get("expected_error"):
+        with pytest.raises(engine.LabelError, match=re.escape(case["expected_error"])):
+            engine.gfd_labels(facts_of(case), timestamp=timestamp, **options_of(case))
+        return
+    labels = engine.gfd_labels(facts_of(case), timestamp=timestamp, **options_of(case))
+    patterns = case.get("expected_label_patterns") or {}
+    for key, pattern in patterns.items():
+        assert re.match(pattern, labels.pop(key, "")), key
+    alternatives = case.get("expected_label_alternatives")
+    if alternatives:
+        matching = [alt for alt in alternatives if dict(case["expected_labels"], **alt) == labels]
+        assert len(matching) == 1, labels
+    else:
+        assert labels == case["expected_labels"]
+    assert [key for key in case.get("expected_absent_labels", []) if key in labels] == []
+
+
+@pytest.mark.parametrize("entry", ALL_CASES, ids=case_id)
+def test_node_resources(entry):
+    case = entry[1]
+    if case.get("expected_plugin_error"):
+        with pytest.raises(engine.LabelError):
+            engine.expected_node_resources(facts_of(case), **options_of(case))
+        assert case.get("expected_node_resources", {}) == {}
+        return
+    assert engine.expected_node_resources(facts_of(case), **options_of(case)) == case["expected_node_resources"]
+
+
+def test_mixed_models_are_deterministic_whatever_the_device_order():
+    case = dict(next(c for _n, c in ALL_CASES if c["name"] == "mixed-model-a100-pcie-and-t4"))
+    first = engine.gfd_labels(facts_of(case))
+    case["devices"] = list(reversed(case["devices"]))
+    assert engine.gfd_labels(facts_of(case)) == first
+    assert first["nvidia.com/gpu.product"] == "NVIDIA-A100-PCIE-40GB"
+
+
+def test_mixed_models_tie_goes_to_the_name_that_sorts_first():
+    devices = [{"name": name, "memory_mib": 1, "compute_capability": [7, 5], "pci_class": "0x030200"}
+               for name in ("Tesla T4", "NVIDIA L4")]
+    facts = {"devices": devices, "driver_version": "550.90.07", "cuda_driver_version": 12040, "machine_type": None}
+    assert engine.gfd_labels(facts)["nvidia.com/gpu.product"] == "NVIDIA-L4"
+
+
+def test_timestamp_is_epoch_seconds():
+    case = ALL_CASES[0][1]
+    before = int(time.time())
+    stamp = engine.gfd_labels(facts_of(case), timestamp=True)["nvidia.com/gfd.timestamp"]
+    assert re.match(r"^\d{10}$", stamp) and before <= int(stamp) <= int(time.time())
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("Tesla P4", "Tesla-P4"), ("NVIDIA H100 80GB HBM3", "NVIDIA-H100-80GB-HBM3"),
+    ("NVIDIA TITAN X (Pascal)", "NVIDIA-TITAN-X-Pascal"), ("some / thing /else", "some-thing-else"),
+    ("Standard PC (Q35 + ICH9, 2009)", "Standard-PC-Q35-ICH9-2009"), ("VMware20,1", "VMware201"),
+])
+def test_sanitise(name, expected):
+    assert engine.sanitise(name) == expected
+
+
+@pytest.mark.parametrize("major, minor, family", [
+    (1, 0, "tesla"), (3, 5, "kepler"), (7, 2, "volta"), (7, 5, "turing"), (8, 7, "ampere"), (8, 9, "ada-lovelace"),
+    (9, 0, "hopper"), (10, 0, "blackwell"), (12, 0, "blackwell"), (13, 0, "rubin"), (4, 0, "undefined"),
+    (11, 0, "undefined"),
+])
+def test_arch_family(major, minor, family):
+    assert engine.arch_family(major, minor) == family
+
+
+def _seed_facts():
+    return facts_of(copy.deepcopy(ALL_CASES[0][1]))
+
+
+def _set(facts, path, value):
+    target = facts
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return facts
+
+
+@pytest.mark.parametrize("path, value, field", [
+    (("devices",), "Tesla P4", "devices"),
+    (("devices", 0), "Tesla P4", "devices[0]"),
+    (("devices", 1, "name"), 42, "devices[1].name"),
+    (("devices", 0, "memory_mib"), "7611", "devices[0].memory_mib"),
+    (("devices", 0, "memory_mib"), True, "devices[0].memory_mib"),
+    (("devices", 0, "compute_capability"), "6.1", "devices[0].compute_capability"),
+    (("devices", 0, "mig_capable"), "false", "devices[0].mig_capable"),
+    (("devices", 0, "mig_enabled"), 1, "devices[0].mig_enabled"),
+    (("devices", 0, "pci_class"), ["0x030200"], "devices[0].pci_class"),
+    (("devices", 0, "mig_devices"), {"profile": "1g.5gb"}, "devices[0].mig_devices"),
+    (("devices", 0, "mig_devices"), [{"profile": 1}], "devices[0].mig_devices[0].profile"),
+    (("devices", 0, "fabric"), "attached", "devices[0].fabric"),
+    (("driver_version",), 535.18, "driver_version"),
+    (("driver_version",), "535", "driver_version"),
+    (("cuda_driver_version",), "12020", "cuda_driver_version"),
+    (("machine_type",), 7, "machine_type"),
+    (("vgpu_devices",), "yes", "vgpu_devices"),
+])
+def test_wrong_input_names_the_field(path, value, field):
+    facts = _set(_seed_facts(), path, value)
+    with pytest.raises(engine.LabelError, match=re.escape(field)):
+        engine.gfd_labels(facts)
+
+
+@pytest.mark.parametrize("options, field", [
+    ({"mig_strategy": "all"}, "mig_strategy"),
+    ({"sharing": "time-slicing"}, "sharing"),
+    ({"sharing": {"strategy": "timeSlicing", "resources": []}}, "sharing.strategy"),
+    ({"sharing": {"strategy": "mps", "resources": [{"name": "nvidia.com/gpu", "replicas": "4"}]}},
+     "sharing.resources[0].replicas"),
+    ({"sharing": {"strategy": "mps", "rename_by_default": "yes", "resources": []}}, "sharing.rename_by_default"),
+])
+def test_wrong_options_name_the_field(options, field):
+    for function in (engine.gfd_labels, engine.expected_node_resources):
+        with pytest.raises(engine.LabelError, match=re.escape(field)):
+            function(_seed_facts(), **options)
+    assert issubclass(engine.LabelError, ValueError)
+
+
+def test_facts_must_be_a_dict():
+    with pytest.raises(engine.LabelError, match="facts"):
+        engine.expected_node_resources(["Tesla P4"])
+
+
+def test_filters_through_the_plugin_classes():
+    case = ALL_CASES[0][1]
+    gfd_labels = GfdLabelsFilters().filters()["gfd_labels"]
+    gpu_resources = GpuResourcesFilters().filters()["gpu_resources"]
+    assert gfd_labels(facts_of(case)) == case["expected_labels"]
+    assert gpu_resources(facts_of(case)) == {"nvidia.com/gpu": 4}
+    with pytest.raises(AnsibleFilterError, match="gfd_labels: mig_strategy must be one of"):
+        gfd_labels(facts_of(case), mig_strategy="bogus")
+    invalid = next(c for _n, c in ALL_CASES if c.get("expected_plugin_error"))
+    with pytest.raises(AnsibleFilterError, match="gpu_resources: device plugin refuses"):
+        gpu_resources(facts_of(invalid), **options_of(invalid))
+
+
+def test_unanswered_memory_and_capability_leave_their_labels_out():
+    facts = _seed_facts()
+    for device in facts["devices"]:
+        device["memory_mib"] = None
+        device["compute_capability"] = None
+    labels = engine.gfd_labels(facts)
+    assert [k for k in ("gpu.memory", "gpu.family", "gpu.compute.major", "gpu.compute.minor")
+            if "nvidia.com/" + k in labels] == []
+    assert labels["nvidia.com/gpu.count"] == "4"
