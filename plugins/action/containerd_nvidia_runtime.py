@@ -75,8 +75,8 @@ class ActionModule(ActionBase):
                                   drop_in_text=dropped["content"] if dropped else None)
         except engine.ConfigError as exc:
             raise AnsibleActionFail(to_text(exc))
-        if params["config_version"] != "auto" and config["content"] and \
-                engine.detect_version(engine.parse(config["content"], path), path, 2) != int(params["config_version"]):
+        # The engine used the requested version only for a file without keys; say so when it differs.
+        if params["config_version"] != "auto" and outcome.config_version != int(params["config_version"]):
             outcome.warnings.append("config_version=%s ignored: %s already has keys and its own version"
                                     % (params["config_version"], path))
 
