@@ -55,7 +55,10 @@ MIG_ATTRIBUTE_LABELS = (
     ("engines.jpeg", "jpeg"),
     ("engines.ofa", "ofa"),
 )
-MPS_ON_MIG_ERROR = "MPS sharing is not supported for mig devices"
+MPS_ON_MIG_ERROR = "MPS sharing is not supported for mig devices"  # GFD's wording
+PLUGIN_MPS_ON_MIG_ERROR = "MPS sharing is not supported for MIG devices"  # the device plugin's
+PLUGIN_REFUSES_SINGLE = ("device plugin refuses the MIG configuration (invalid for mig-strategy=single); "
+                         "nothing is advertised")
 
 
 class LabelError(ValueError):
@@ -426,7 +429,7 @@ def expected_node_resources(facts, mig_strategy="none", sharing=None):
         if mig_strategy == "mixed":
             raise LabelError("MPS sharing is not supported with mig-strategy=mixed")
         if any(d["mig_enabled"] for d in devices):
-            raise LabelError(MPS_ON_MIG_ERROR)
+            raise LabelError(PLUGIN_MPS_ON_MIG_ERROR)
     physical = {}
     if mig_strategy == "none":
         if devices:
@@ -434,7 +437,7 @@ def expected_node_resources(facts, mig_strategy="none", sharing=None):
     elif mig_strategy == "single":
         reason = _invalid_single_reason(devices)
         if reason:
-            raise LabelError("device plugin refuses mig-strategy=single: " + reason)
+            raise LabelError(PLUGIN_REFUSES_SINGLE + ": " + reason)
         if any(d["mig_enabled"] for d in devices):
             physical[GPU_RESOURCE] = sum(len(d["mig_devices"]) for d in devices)
         elif devices:

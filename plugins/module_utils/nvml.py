@@ -17,8 +17,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import ctypes
 import glob
 import grp
+import math
 import os
 import pwd
 import re
@@ -42,6 +44,25 @@ NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_ERROR_NO_PERMISSION = 4
 NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
+NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25
+FABRIC_STATE_COMPLETED = 3
+PCI_STATUS_CAP_LIST = 0x10
+PCI_CAP_ID_VENDOR = 0x09
+VGPU_FIELD_LENGTH = 10
+MIB = 1024 * 1024
+GIB = 1024 * MIB
+# MIG fact -> nvmlDeviceAttributes_t field
+MIG_ATTRIBUTES = {
+    'memory_mb': 'memorySizeMB', 'multiprocessors': 'multiprocessorCount',
+    'gi_slices': 'gpuInstanceSliceCount', 'ci_slices': 'computeInstanceSliceCount',
+    'copy_engines': 'sharedCopyEngineCount', 'decoders': 'sharedDecoderCount',
+    'encoders': 'sharedEncoderCount', 'jpeg': 'sharedJpegCount', 'ofa': 'sharedOfaCount',
+}
+# NVML_GPU_INSTANCE_PROFILE_* ids whose profile names carry an attribute (go-nvlib's naming)
+GI_PROFILE_SUFFIXES = {
+    0x7: '+me', 0x8: '+me', 0xA: '+gfx', 0xB: '+gfx', 0xC: '+gfx', 0x11: '+gfx',
+    0xD: '-me', 0xE: '-me', 0xF: '+me.all', 0x10: '+me.all',
+}
 # Errors that mean "this GPU or driver does not have it", not "NVML is broken".
 DATA_ERRORS = (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND)
 STATIC_NODES = ('/dev/nvidiactl', '/dev/nvidia-uvm', '/dev/nvidia-uvm-tools')
@@ -79,6 +100,61 @@ def sysfs_gpus(sysfs_root='/sys'):
             'pci_class': pci_class,
             'pci_device_id': (_read(os.path.join(path, 'device')) or '').lower() or None,
         }
+    return found
+
+
+def vendor_capability(config):
+    """The vendor-specific capability (id 0x09) in a PCI function's config space bytes, or None.
+    Raises ValueError where the capability list runs past what could be read (unprivileged reads of
+    sysfs ``config`` stop at 64 bytes)."""
+    if len(config) < 0x40 or not config[0x06] & PCI_STATUS_CAP_LIST:
+        return None
+    pointer, seen = config[0x34] & 0xfc, set()
+    while pointer:
+        if pointer in seen or pointer + 3 > len(config):
+            raise ValueError('capability list at 0x%02x is unreadable or loops' % pointer)
+        seen.add(pointer)
+        if config[pointer] == PCI_CAP_ID_VENDOR:
+            return config[pointer:pointer + config[pointer + 2]]
+        pointer = config[pointer + 1] & 0xfc
+    return None
+
+
+def vgpu_host_driver(capability):
+    """(host driver version, branch) from a vGPU vendor capability: "VF" at bytes 3-4, then
+    records (id, length, payload) from byte 5; record 0 holds two NUL-padded 10-byte fields."""
+    position = 5
+    while position < len(capability) and capability[position] != 0:
+        if position + 2 > len(capability) or capability[position + 1] < 2:
+            raise ValueError('malformed vGPU capability record at byte %d' % position)
+        position += capability[position + 1]
+    end = position + 2 + 2 * VGPU_FIELD_LENGTH
+    if position + 2 > len(capability) or capability[position + 1] < end - position or end > len(capability):
+        raise ValueError('no complete host driver record in the vGPU capability')
+    version = capability[position + 2:position + 2 + VGPU_FIELD_LENGTH]
+    branch = capability[position + 2 + VGPU_FIELD_LENGTH:end]
+    return (bytes(version).strip(b'\0').decode('ascii', 'replace'),
+            bytes(branch).strip(b'\0').decode('ascii', 'replace'))
+
+
+def vgpu_devices(sysfs_root='/sys'):
+    """vGPU functions (as GFD finds them, from PCI config space): a list of {pci_bus_id,
+    host_driver_version, host_driver_branch}, or None when some NVIDIA function's config space
+    could not be read or parsed (GFD then writes no vgpu labels)."""
+    found = []
+    for path in sorted(glob.glob(os.path.join(sysfs_root, 'bus', 'pci', 'devices', '*'))):
+        if (_read(os.path.join(path, 'vendor')) or '').lower() != NVIDIA_VENDOR:
+            continue
+        try:
+            with open(os.path.join(path, 'config'), 'rb') as handle:
+                capability = vendor_capability(bytearray(handle.read()))
+            if capability is None or bytes(capability[3:5]) != b'VF':
+                continue
+            version, branch = vgpu_host_driver(capability)
+        except (IOError, OSError, ValueError):
+            return None
+        found.append({'pci_bus_id': normalize_bus_id(os.path.basename(path)),
+                      'host_driver_version': version, 'host_driver_branch': branch})
     return found
 
 
@@ -172,8 +248,54 @@ def init_error_reason(exc):
     return 'NVML initialization failed: %s (code %s)' % (text, code)
 
 
-def _mig(lib, handle):
-    """(mig_capable, mig_enabled, mig_devices)."""
+def mig_memory_gb(parent_memory_bytes, mig_memory_mb):
+    """The "<N>gb" of a MIG profile name: the MIG's share of the parent's memory rounded up to an
+    eighth, times the parent's memory in whole GiB rounded up (go-nvlib's rule, so the names match
+    GFD's and the device plugin's)."""
+    fraction = math.ceil(mig_memory_mb * MIB / float(parent_memory_bytes) * 8) / 8.0
+    total_gb = (parent_memory_bytes + GIB - 1) // GIB
+    return int(math.floor(fraction * total_gb + 0.5))  # Go's math.Round: halves away from zero
+
+
+def mig_profile_name(gi_slices, ci_slices, memory_gb, gi_profile_id=None):
+    """``1g.5gb``, ``1c.3g.20gb`` (compute instance smaller than its GPU instance), ``1g.10gb+me``."""
+    name = "%dg.%dgb" % (gi_slices, memory_gb)
+    if ci_slices != gi_slices:
+        name = "%dc.%s" % (ci_slices, name)
+    return name + GI_PROFILE_SUFFIXES.get(gi_profile_id, "")
+
+
+def _gpu_instance_profile_id(lib, parent, mig):
+    """The GPU instance profile id behind a MIG device, or None where NVML will not say (reading
+    GPU instances can need privileges a MIG device handle does not)."""
+    try:
+        instance = lib.nvmlDeviceGetGpuInstanceById(parent, lib.nvmlDeviceGetGpuInstanceId(mig))
+        return int(lib.nvmlGpuInstanceGetInfo(instance).profileId)
+    except lib_error() as exc:
+        if _code(exc) in DATA_ERRORS + (NVML_ERROR_NO_PERMISSION, NVML_ERROR_NOT_FOUND):
+            return None
+        raise
+
+
+def _mig_device(lib, parent, parent_memory, slot, mig):
+    uuid, dummy = _optional(lib.nvmlDeviceGetUUID, mig)
+    attributes, dummy = _optional(lib.nvmlDeviceGetAttributes, mig)
+    fact = {'index': slot, 'uuid': _text(uuid), 'profile': None}
+    for key in MIG_ATTRIBUTES:
+        fact[key] = None
+    if attributes is None:
+        return fact
+    for key, field in MIG_ATTRIBUTES.items():
+        fact[key] = int(getattr(attributes, field))
+    if parent_memory:
+        fact['profile'] = mig_profile_name(fact['gi_slices'], fact['ci_slices'],
+                                           mig_memory_gb(parent_memory, fact['memory_mb']),
+                                           _gpu_instance_profile_id(lib, parent, mig))
+    return fact
+
+
+def _mig(lib, handle, memory):
+    """(mig_capable, mig_enabled, mig_devices). MigMode NOT_SUPPORTED means not capable."""
     mode, missing = _optional(lib.nvmlDeviceGetMigMode, handle)
     if missing is not None or not mode:
         return False, False, []
@@ -188,14 +310,39 @@ def _mig(lib, handle):
                 if _code(exc) in DATA_ERRORS + (NVML_ERROR_NOT_FOUND, NVML_ERROR_INVALID_ARGUMENT):
                     continue  # an empty slot
                 raise
-            uuid, dummy = _optional(lib.nvmlDeviceGetUUID, mig)
-            memory, dummy = _optional(lib.nvmlDeviceGetMemoryInfo, mig)
-            mig_devices.append({
-                'index': slot,
-                'uuid': _text(uuid),
-                'memory_mib': int(memory.total // (1024 * 1024)) if memory is not None else None,
-            })
+            mig_devices.append(_mig_device(lib, handle, memory.total if memory is not None else None, slot, mig))
     return True, enabled, mig_devices
+
+
+def _format_uuid(raw):
+    digits = "".join("%02x" % b for b in bytearray(raw))
+    return "-".join((digits[:8], digits[8:12], digits[12:16], digits[16:20], digits[20:32]))
+
+
+def _fabric(lib, handle):
+    """{cluster_uuid, clique_id, attached} from nvmlDeviceGetGpuFabricInfoV (the unversioned call on
+    drivers without it); None where the GPU has no fabric (NOT_SUPPORTED)."""
+    calls = []
+    if hasattr(lib, 'c_nvmlGpuFabricInfoV_t'):
+        calls.append((lib.nvmlDeviceGetGpuFabricInfoV, lib.c_nvmlGpuFabricInfoV_t))
+    if hasattr(lib, 'c_nvmlGpuFabricInfo_t'):
+        calls.append((lib.nvmlDeviceGetGpuFabricInfo, lib.c_nvmlGpuFabricInfo_t))
+    for call, structure in calls:
+        info = structure()
+        try:
+            call(handle, ctypes.byref(info))  # pynvml passes this argument through as given
+        except lib_error() as exc:
+            if _code(exc) in (NVML_ERROR_FUNCTION_NOT_FOUND, NVML_ERROR_ARGUMENT_VERSION_MISMATCH):
+                continue  # an older driver: try the older call
+            if _code(exc) in DATA_ERRORS:
+                return None
+            raise
+        return {
+            'cluster_uuid': _format_uuid(info.clusterUuid),
+            'clique_id': int(info.cliqueId),
+            'attached': int(info.state) & 0xff == FABRIC_STATE_COMPLETED and int(info.status) == 0,
+        }
+    return None
 
 
 def _device(lib, index, hardware):
@@ -206,7 +353,7 @@ def _device(lib, index, hardware):
     memory, dummy = _optional(lib.nvmlDeviceGetMemoryInfo, handle)
     capability, dummy = _optional(lib.nvmlDeviceGetCudaComputeCapability, handle)
     uuid, dummy = _optional(lib.nvmlDeviceGetUUID, handle)
-    mig_capable, mig_enabled, mig_devices = _mig(lib, handle)
+    mig_capable, mig_enabled, mig_devices = _mig(lib, handle, memory)
     sysfs = hardware.get(normalize_bus_id(bus_id), {})
     return {
         'index': index,
@@ -214,12 +361,13 @@ def _device(lib, index, hardware):
         'uuid': _text(uuid),
         'pci_bus_id': bus_id,
         'minor_number': minor,
-        'memory_mib': int(memory.total // (1024 * 1024)) if memory is not None else None,
+        'memory_mib': int(memory.total // MIB) if memory is not None else None,
         'compute_capability': [int(capability[0]), int(capability[1])] if capability else None,
         'mig_capable': mig_capable,
         'mig_enabled': mig_enabled,
         'mig_devices': mig_devices,
         'pci_class': sysfs.get('pci_class'),
+        'fabric': _fabric(lib, handle),
     }
 
 
@@ -263,7 +411,8 @@ def gather(sysfs_root='/sys', dmi_product_file='/sys/class/dmi/id/product_name',
     hardware = sysfs_gpus(sysfs_root)
     facts = {'present': bool(hardware)}
     facts.update(nvml_facts(lib, hardware))
-    facts['machine_type'] = _read(dmi_product_file) or None
+    facts['vgpu_devices'] = vgpu_devices(sysfs_root)
+    facts['machine_type'] = _read(dmi_product_file)
     facts['device_nodes'] = device_nodes(dev_root)
     facts['kernel_module'] = kernel_module(sysfs_root, proc_version)
     return facts

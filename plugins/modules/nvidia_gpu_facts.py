@@ -107,20 +107,138 @@ ansible_facts:
           returned: always
           sample: 12.535.183.01
         machine_type:
-          description: DMI product name (O(dmi_product_file)), or null.
+          description: DMI product name (O(dmi_product_file), surrounding whitespace removed), or null when unreadable.
           type: str
           returned: always
           sample: PowerEdge R740
         devices:
           description:
-            - One entry per GPU, with keys C(index), C(name), C(uuid), C(pci_bus_id) (as NVML writes it),
-              C(minor_number), C(memory_mib), C(compute_capability) (C([major, minor])), C(mig_capable),
-              C(mig_enabled), C(mig_devices) (C(index), C(uuid), C(memory_mib) of each MIG device) and
-              C(pci_class) (from sysfs).
-            - A value the GPU does not report is null.
+            - One entry per GPU in NVML order. A value the GPU or driver does not report is null.
+            - These names are the input of the P(gpuready.nvidia.gfd_labels#filter) and
+              P(gpuready.nvidia.gpu_resources#filter) filters.
           type: list
           elements: dict
           returned: always
+          contains:
+            index:
+              description: NVML index.
+              type: int
+            name:
+              description: Product name from NVML.
+              type: str
+              sample: Tesla P4
+            uuid:
+              description: GPU UUID.
+              type: str
+              sample: GPU-5d2c1e3a-0b6f-4c1e-9a7d-3f8e2b1c4d5e
+            pci_bus_id:
+              description: PCI bus id as NVML writes it.
+              type: str
+              sample: "00000000:3B:00.0"
+            minor_number:
+              description: The N of C(/dev/nvidia<N>).
+              type: int
+            memory_mib:
+              description: Total memory in MiB (NVML bytes divided by 2^20 and rounded down).
+              type: int
+              sample: 7611
+            compute_capability:
+              description: CUDA compute capability C([major, minor]).
+              type: list
+              elements: int
+              sample: [6, 1]
+            mig_capable:
+              description: Whether NVML answers MIG mode for the GPU (C(NOT_SUPPORTED) means not capable).
+              type: bool
+            mig_enabled:
+              description: Whether MIG mode is on now (the current, not the pending, mode).
+              type: bool
+            mig_devices:
+              description:
+                - The MIG devices of a MIG-enabled GPU, empty otherwise.
+                - C(profile) is named as the device plugin and GFD name it, for example C(1g.5gb),
+                  C(1c.3g.20gb) or C(1g.10gb+me); null where NVML gives no attributes for the MIG device.
+              type: list
+              elements: dict
+              contains:
+                index:
+                  description: Slot of the MIG device under its GPU.
+                  type: int
+                uuid:
+                  description: MIG device UUID.
+                  type: str
+                profile:
+                  description: MIG profile name.
+                  type: str
+                  sample: 1g.5gb
+                memory_mb:
+                  description: Memory of the MIG device in MiB (NVML's C(memorySizeMB)).
+                  type: int
+                multiprocessors:
+                  description: Streaming multiprocessors.
+                  type: int
+                gi_slices:
+                  description: GPU instance slices.
+                  type: int
+                ci_slices:
+                  description: Compute instance slices.
+                  type: int
+                copy_engines:
+                  description: Shared copy engines.
+                  type: int
+                decoders:
+                  description: Shared decoders.
+                  type: int
+                encoders:
+                  description: Shared encoders.
+                  type: int
+                jpeg:
+                  description: Shared JPEG engines.
+                  type: int
+                ofa:
+                  description: Shared optical flow accelerators.
+                  type: int
+            pci_class:
+              description: PCI class from sysfs (C(0x030200) 3D controller, C(0x030000) VGA), or null.
+              type: str
+              sample: "0x030200"
+            fabric:
+              description:
+                - NVLink fabric membership from C(nvmlDeviceGetGpuFabricInfoV), null where the GPU has none.
+                - C(attached) is true when fabric registration completed successfully.
+              type: dict
+              contains:
+                cluster_uuid:
+                  description: Fabric cluster UUID.
+                  type: str
+                clique_id:
+                  description: Fabric clique id.
+                  type: int
+                attached:
+                  description: Whether the GPU is attached to the fabric.
+                  type: bool
+        vgpu_devices:
+          description:
+            - The node's vGPU functions (a VM guest's GPUs), found as GFD finds them, from the NVIDIA
+              vendor capability in PCI config space (which needs root to read beyond 64 bytes).
+            - Empty on bare metal; null when some NVIDIA function's config space could not be read,
+              in which case GFD writes no C(nvidia.com/vgpu.*) labels.
+          type: list
+          elements: dict
+          returned: always
+          contains:
+            pci_bus_id:
+              description: The function's PCI address (sysfs form).
+              type: str
+              sample: "0000:02:00.0"
+            host_driver_version:
+              description: The hypervisor's vGPU manager driver version.
+              type: str
+              sample: 550.54.16
+            host_driver_branch:
+              description: The hypervisor's driver branch.
+              type: str
+              sample: r550_40
         device_nodes:
           description: C(/dev/nvidia<N>), C(/dev/nvidiactl), C(/dev/nvidia-uvm), C(/dev/nvidia-uvm-tools), each with C(exists), C(mode) and C(owner).
           type: dict

@@ -3,15 +3,14 @@
  * GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
  *
  * A fake libnvidia-ml.so.1 for tests. It exports only real NVML symbols with their real C
- * signatures and answers in NVML units (bytes, structs). Configured at each nvmlInitWithFlags
- * from the key=value file named by FAKE_NVML_CONFIG (written by tests/fake_nvml/harness.py):
- *
- *   init_rc=0  driver=535.183.01  nvml=12.535.183.01  cuda=12020  count=N
- *   devI.name= devI.uuid= devI.bus_id= devI.minor= devI.memory=<bytes> devI.cc_major= devI.cc_minor=
- *   devI.mig_current= devI.mig_pending= devI.max_mig=  devI.not_supported=<sym>,<sym>,...
+ * signatures and answers in NVML's units (bytes, NVML structs, NVML return codes). At each
+ * nvmlInitWithFlags it reads the JSON file named by FAKE_NVML_CONFIG (schema in README.md next to
+ * this file; tests/fake_nvml/harness.py writes it). A missing or malformed file makes init fail
+ * with NVML_ERROR_UNKNOWN and a message on stderr, so a broken fixture never looks like a GPU.
  *
  * Build: gcc -shared -fPIC -O2 -Wall -Wextra -Wl,-soname,libnvidia-ml.so.1 -o libnvidia-ml.so.1 fake_nvml.c
  */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,21 +23,199 @@ typedef int nvmlReturn_t;
 #define NVML_ERROR_NOT_FOUND 6
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
 #define NVML_ERROR_DRIVER_NOT_LOADED 9
+#define NVML_ERROR_ARGUMENT_VERSION_MISMATCH 25
 #define NVML_ERROR_UNKNOWN 999
 
+#define NVML_STRUCT_VERSION(size, ver) ((unsigned int)(size) | ((unsigned int)(ver) << 24))
 #define MAX_DEVICES 16
+#define MAX_MIG 8
 #define STR 96
 
-typedef struct nvmlDevice_st {
-    char name[STR];
-    char uuid[STR];
-    char bus_id[32];
-    unsigned int minor;
-    unsigned long long memory;
-    int cc_major, cc_minor;
-    unsigned int mig_current, mig_pending, max_mig;
-    char not_supported[512];
-} *nvmlDevice_t;
+/* ---- a small JSON reader (objects, arrays, strings, numbers, true/false/null) ---------------- */
+
+enum json_type { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ };
+
+struct json {
+    enum json_type type;
+    double num;
+    char *str;          /* J_STR value */
+    char *key;          /* member name inside an object */
+    struct json *child; /* first element / member */
+    struct json *next;
+};
+
+static void json_free(struct json *j)
+{
+    while (j) {
+        struct json *next = j->next;
+        json_free(j->child);
+        free(j->str);
+        free(j->key);
+        free(j);
+        j = next;
+    }
+}
+
+static const char *skip_ws(const char *p)
+{
+    while (*p && isspace((unsigned char)*p)) p++;
+    return p;
+}
+
+static struct json *parse_value(const char **p, int depth);
+
+/* Returns a malloc'd string; *p is left after the closing quote. Non-ASCII \u escapes become '?'. */
+static char *parse_string(const char **p)
+{
+    const char *s = *p + 1;
+    size_t cap = strlen(s) + 1, n = 0;
+    char *out = malloc(cap);
+    if (!out) return NULL;
+    while (*s && *s != '"') {
+        char c = *s++;
+        if (c == '\\') {
+            c = *s++;
+            switch (c) {
+            case 'n': c = '\n'; break;
+            case 't': c = '\t'; break;
+            case 'r': c = '\r'; break;
+            case 'b': c = '\b'; break;
+            case 'f': c = '\f'; break;
+            case 'u': {
+                unsigned int code = 0;
+                if (sscanf(s, "%4x", &code) != 1) { free(out); return NULL; }
+                s += 4;
+                c = code < 0x80 ? (char)code : '?';
+                break;
+            }
+            case '"': case '\\': case '/': break;
+            default: free(out); return NULL;
+            }
+        }
+        out[n++] = c;
+    }
+    if (*s != '"') { free(out); return NULL; }
+    out[n] = '\0';
+    *p = s + 1;
+    return out;
+}
+
+static struct json *parse_value(const char **p, int depth)
+{
+    struct json *j;
+    *p = skip_ws(*p);
+    if (depth > 32 || !(j = calloc(1, sizeof *j))) return NULL;
+    if (**p == '{' || **p == '[') {
+        int object = **p == '{';
+        struct json **tail = &j->child;
+        j->type = object ? J_OBJ : J_ARR;
+        *p = skip_ws(*p + 1);
+        if (**p == (object ? '}' : ']')) { (*p)++; return j; }
+        for (;;) {
+            char *key = NULL;
+            struct json *item;
+            if (object) {
+                *p = skip_ws(*p);
+                if (**p != '"' || !(key = parse_string(p))) goto fail;
+                *p = skip_ws(*p);
+                if (**p != ':') { free(key); goto fail; }
+                (*p)++;
+            }
+            if (!(item = parse_value(p, depth + 1))) { free(key); goto fail; }
+            item->key = key;
+            *tail = item;
+            tail = &item->next;
+            *p = skip_ws(*p);
+            if (**p == ',') { (*p)++; continue; }
+            if (**p == (object ? '}' : ']')) { (*p)++; return j; }
+            goto fail;
+        }
+    }
+    if (**p == '"') {
+        j->type = J_STR;
+        if (!(j->str = parse_string(p))) goto fail;
+        return j;
+    }
+    if (!strncmp(*p, "true", 4) || !strncmp(*p, "false", 5)) {
+        j->type = J_BOOL;
+        j->num = **p == 't';
+        *p += j->num ? 4 : 5;
+        return j;
+    }
+    if (!strncmp(*p, "null", 4)) {
+        *p += 4;
+        return j;
+    }
+    {
+        char *end;
+        j->num = strtod(*p, &end);
+        if (end == *p) goto fail;
+        j->type = J_NUM;
+        *p = end;
+        return j;
+    }
+fail:
+    json_free(j);
+    return NULL;
+}
+
+static struct json *member(const struct json *obj, const char *key)
+{
+    const struct json *m;
+    if (!obj || obj->type != J_OBJ) return NULL;
+    for (m = obj->child; m; m = m->next)
+        if (!strcmp(m->key, key)) return (struct json *)m;
+    return NULL;
+}
+
+static double num_of(const struct json *obj, const char *key, double fallback)
+{
+    const struct json *m = member(obj, key);
+    return m && (m->type == J_NUM || m->type == J_BOOL) ? m->num : fallback;
+}
+
+static void str_of(const struct json *obj, const char *key, char *dst, size_t size)
+{
+    const struct json *m = member(obj, key);
+    snprintf(dst, size, "%s", m && m->type == J_STR ? m->str : "");
+}
+
+/* ---- the fake's state ------------------------------------------------------------------------ */
+
+typedef struct nvmlDeviceAttributes_st {
+    unsigned int multiprocessorCount;
+    unsigned int sharedCopyEngineCount;
+    unsigned int sharedDecoderCount;
+    unsigned int sharedEncoderCount;
+    unsigned int sharedJpegCount;
+    unsigned int sharedOfaCount;
+    unsigned int gpuInstanceSliceCount;
+    unsigned int computeInstanceSliceCount;
+    unsigned long long memorySizeMB;
+} nvmlDeviceAttributes_t;
+
+typedef unsigned char nvmlGpuFabricState_t;
+
+typedef struct {
+    unsigned char clusterUuid[16];
+    nvmlReturn_t status;
+    unsigned int cliqueId;
+    nvmlGpuFabricState_t state;
+} nvmlGpuFabricInfo_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned char clusterUuid[16];
+    nvmlReturn_t status;
+    unsigned int cliqueId;
+    nvmlGpuFabricState_t state;
+    unsigned int healthMask;
+} nvmlGpuFabricInfo_v2_t;
+
+typedef struct {
+    unsigned int start;
+    unsigned int size;
+} nvmlGpuInstancePlacement_t;
 
 typedef struct nvmlMemory_st {
     unsigned long long total;
@@ -56,91 +233,221 @@ typedef struct nvmlPciInfo_st {
     char busId[32];
 } nvmlPciInfo_t;
 
+/* One struct for full GPUs and MIG devices, as NVML hands out one handle type for both. */
+typedef struct nvmlDevice_st {
+    int in_use;
+    struct nvmlDevice_st *parent; /* MIG devices only */
+    char name[STR];
+    char uuid[STR];
+    char bus_id[32];
+    unsigned int pci_device_id;
+    unsigned int minor;
+    unsigned long long memory;
+    int cc_major, cc_minor;
+    int has_mig_mode;
+    unsigned int mig_current, mig_pending, max_mig;
+    int has_attributes;
+    nvmlDeviceAttributes_t attributes;
+    unsigned int gpu_instance_id, gpu_instance_profile_id; /* MIG devices: their GPU instance */
+    int has_fabric;
+    nvmlGpuFabricInfo_t fabric;
+    char not_supported[512];
+} *nvmlDevice_t;
+
+/* A MIG device stands for its GPU instance too (one compute instance per GPU instance). */
+typedef struct nvmlDevice_st *nvmlGpuInstance_t;
+
+typedef struct {
+    nvmlDevice_t device;
+    unsigned int id;
+    unsigned int profileId;
+    nvmlGpuInstancePlacement_t placement;
+} nvmlGpuInstanceInfo_t;
+
 static struct nvmlDevice_st devices[MAX_DEVICES];
+static struct nvmlDevice_st migs[MAX_DEVICES][MAX_MIG];
 static unsigned int device_count;
-static char driver_version[STR] = "535.183.01";
-static char nvml_version[STR] = "12.535.183.01";
-static int cuda_version = 12020;
+static char driver_version[STR];
+static char nvml_version[STR];
+static int cuda_version;
 static int initialized;
 
-static void copy_str(char *dst, size_t size, const char *src)
+static int parse_uuid(const char *text, unsigned char out[16])
 {
-    snprintf(dst, size, "%s", src);
+    int n = 0;
+    for (; *text && n < 32; text++) {
+        int v;
+        if (*text == '-') continue;
+        if (!isxdigit((unsigned char)*text)) return -1;
+        v = isdigit((unsigned char)*text) ? *text - '0' : (tolower((unsigned char)*text) - 'a' + 10);
+        if (n % 2 == 0) out[n / 2] = (unsigned char)(v << 4);
+        else out[n / 2] |= (unsigned char)v;
+        n++;
+    }
+    return n == 32 && !*text ? 0 : -1;
 }
 
-static void set_device_key(struct nvmlDevice_st *d, const char *key, const char *value)
+static void load_attributes(struct nvmlDevice_st *d, const struct json *a)
 {
-    if (!strcmp(key, "name")) copy_str(d->name, sizeof d->name, value);
-    else if (!strcmp(key, "uuid")) copy_str(d->uuid, sizeof d->uuid, value);
-    else if (!strcmp(key, "bus_id")) copy_str(d->bus_id, sizeof d->bus_id, value);
-    else if (!strcmp(key, "minor")) d->minor = (unsigned int)strtoul(value, NULL, 10);
-    else if (!strcmp(key, "memory")) d->memory = strtoull(value, NULL, 10);
-    else if (!strcmp(key, "cc_major")) d->cc_major = atoi(value);
-    else if (!strcmp(key, "cc_minor")) d->cc_minor = atoi(value);
-    else if (!strcmp(key, "mig_current")) d->mig_current = (unsigned int)strtoul(value, NULL, 10);
-    else if (!strcmp(key, "mig_pending")) d->mig_pending = (unsigned int)strtoul(value, NULL, 10);
-    else if (!strcmp(key, "max_mig")) d->max_mig = (unsigned int)strtoul(value, NULL, 10);
-    else if (!strcmp(key, "not_supported")) copy_str(d->not_supported, sizeof d->not_supported, value);
+    if (!a || a->type != J_OBJ) return;
+    d->has_attributes = 1;
+    d->attributes.multiprocessorCount = (unsigned int)num_of(a, "multiprocessorCount", 0);
+    d->attributes.sharedCopyEngineCount = (unsigned int)num_of(a, "sharedCopyEngineCount", 0);
+    d->attributes.sharedDecoderCount = (unsigned int)num_of(a, "sharedDecoderCount", 0);
+    d->attributes.sharedEncoderCount = (unsigned int)num_of(a, "sharedEncoderCount", 0);
+    d->attributes.sharedJpegCount = (unsigned int)num_of(a, "sharedJpegCount", 0);
+    d->attributes.sharedOfaCount = (unsigned int)num_of(a, "sharedOfaCount", 0);
+    d->attributes.gpuInstanceSliceCount = (unsigned int)num_of(a, "gpuInstanceSliceCount", 0);
+    d->attributes.computeInstanceSliceCount = (unsigned int)num_of(a, "computeInstanceSliceCount", 0);
+    d->attributes.memorySizeMB = (unsigned long long)num_of(a, "memorySizeMB", 0);
 }
 
-/* Returns the init return code the configuration asks for. */
+static void load_not_supported(struct nvmlDevice_st *d, const struct json *list)
+{
+    const struct json *item;
+    size_t used = 0;
+    if (!list || list->type != J_ARR) return;
+    for (item = list->child; item; item = item->next)
+        if (item->type == J_STR && used + strlen(item->str) + 2 < sizeof d->not_supported)
+            used += (size_t)sprintf(d->not_supported + used, "%s,", item->str);
+}
+
+static int load_device(unsigned int index, const struct json *cfg)
+{
+    struct nvmlDevice_st *d = &devices[index];
+    const struct json *cc = member(cfg, "compute_capability");
+    const struct json *mode = member(cfg, "mig_mode");
+    const struct json *fabric = member(cfg, "fabric");
+    const struct json *mig;
+    unsigned int slot = 0;
+
+    d->in_use = 1;
+    str_of(cfg, "name", d->name, sizeof d->name);
+    str_of(cfg, "uuid", d->uuid, sizeof d->uuid);
+    str_of(cfg, "pci_bus_id", d->bus_id, sizeof d->bus_id);
+    d->pci_device_id = (unsigned int)num_of(cfg, "pci_device_id", 0x1bb310de);
+    d->minor = (unsigned int)num_of(cfg, "minor_number", index);
+    d->memory = (unsigned long long)num_of(cfg, "memory_total", 0);
+    if (cc && cc->type == J_ARR && cc->child && cc->child->next) {
+        d->cc_major = (int)cc->child->num;
+        d->cc_minor = (int)cc->child->next->num;
+    }
+    /* No mig_mode: the GPU predates MIG and nvmlDeviceGetMigMode answers NOT_SUPPORTED. */
+    if (mode && mode->type == J_ARR && mode->child && mode->child->next) {
+        d->has_mig_mode = 1;
+        d->mig_current = (unsigned int)mode->child->num;
+        d->mig_pending = (unsigned int)mode->child->next->num;
+    }
+    d->max_mig = (unsigned int)num_of(cfg, "max_mig_devices", d->has_mig_mode ? MAX_MIG : 0);
+    if (d->max_mig > MAX_MIG) d->max_mig = MAX_MIG;
+    if (fabric && fabric->type == J_OBJ) {
+        char uuid[64];
+        d->has_fabric = 1;
+        str_of(fabric, "cluster_uuid", uuid, sizeof uuid);
+        if (*uuid && parse_uuid(uuid, d->fabric.clusterUuid)) {
+            fprintf(stderr, "fake NVML: device %u: bad fabric cluster_uuid %s\n", index, uuid);
+            return -1;
+        }
+        d->fabric.cliqueId = (unsigned int)num_of(fabric, "clique_id", 0);
+        d->fabric.state = (nvmlGpuFabricState_t)num_of(fabric, "state", 3);
+        d->fabric.status = (nvmlReturn_t)num_of(fabric, "status", NVML_SUCCESS);
+    }
+    load_not_supported(d, member(cfg, "not_supported"));
+    mig = member(cfg, "mig_devices");
+    for (mig = mig && mig->type == J_ARR ? mig->child : NULL; mig; mig = mig->next, slot++) {
+        unsigned int at = (unsigned int)num_of(mig, "slot", slot);
+        struct nvmlDevice_st *m;
+        if (at >= d->max_mig) {
+            fprintf(stderr, "fake NVML: device %u: MIG slot %u >= max_mig_devices %u\n", index, at, d->max_mig);
+            return -1;
+        }
+        m = &migs[index][at];
+        m->in_use = 1;
+        m->parent = d;
+        str_of(mig, "name", m->name, sizeof m->name);
+        str_of(mig, "uuid", m->uuid, sizeof m->uuid);
+        m->memory = (unsigned long long)num_of(mig, "memory_total", 0);
+        m->gpu_instance_id = (unsigned int)num_of(mig, "gpu_instance_id", at + 1);
+        m->gpu_instance_profile_id = (unsigned int)num_of(mig, "gpu_instance_profile_id", 0);
+        m->cc_major = d->cc_major;
+        m->cc_minor = d->cc_minor;
+        load_attributes(m, member(mig, "attributes"));
+        load_not_supported(m, member(mig, "not_supported"));
+    }
+    return 0;
+}
+
+/* Returns the init return code: the configured one, or UNKNOWN when the configuration is unusable. */
 static nvmlReturn_t load_config(void)
 {
     const char *path = getenv("FAKE_NVML_CONFIG");
-    char line[1024];
-    nvmlReturn_t init_rc = NVML_SUCCESS;
+    struct json *root = NULL;
+    const struct json *list;
+    nvmlReturn_t rc = NVML_ERROR_UNKNOWN;
+    char *text = NULL;
+    const char *p;
+    long size;
     FILE *f;
 
     memset(devices, 0, sizeof devices);
+    memset(migs, 0, sizeof migs);
     device_count = 0;
-    if (!path || !(f = fopen(path, "r")))
-        return NVML_ERROR_UNKNOWN;
-    while (fgets(line, sizeof line, f)) {
-        char *eq = strchr(line, '=');
-        char *nl = strchr(line, '\n');
-        if (nl) *nl = '\0';
-        if (!eq) continue;
-        *eq = '\0';
-        const char *key = line, *value = eq + 1;
-        if (!strcmp(key, "init_rc")) init_rc = atoi(value);
-        else if (!strcmp(key, "driver")) copy_str(driver_version, sizeof driver_version, value);
-        else if (!strcmp(key, "nvml")) copy_str(nvml_version, sizeof nvml_version, value);
-        else if (!strcmp(key, "cuda")) cuda_version = atoi(value);
-        else if (!strcmp(key, "count")) {
-            device_count = (unsigned int)strtoul(value, NULL, 10);
-            if (device_count > MAX_DEVICES) device_count = MAX_DEVICES;
-        } else if (!strncmp(key, "dev", 3)) {
-            char *dot;
-            unsigned long i = strtoul(key + 3, &dot, 10);
-            if (*dot == '.' && i < MAX_DEVICES) set_device_key(&devices[i], dot + 1, value);
-        }
+    if (!path || !(f = fopen(path, "rb"))) {
+        fprintf(stderr, "fake NVML: cannot read FAKE_NVML_CONFIG=%s\n", path ? path : "(unset)");
+        return rc;
+    }
+    if (fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0
+        && (text = calloc(1, (size_t)size + 1)) && fread(text, 1, (size_t)size, f) == (size_t)size) {
+        p = text;
+        root = parse_value(&p, 0);
+        if (root && *skip_ws(p)) { json_free(root); root = NULL; }
     }
     fclose(f);
-    return init_rc;
+    free(text);
+    if (!root || root->type != J_OBJ) {
+        fprintf(stderr, "fake NVML: %s is not a JSON object\n", path);
+        json_free(root);
+        return rc;
+    }
+    str_of(root, "driver_version", driver_version, sizeof driver_version);
+    str_of(root, "nvml_version", nvml_version, sizeof nvml_version);
+    cuda_version = (int)num_of(root, "cuda_driver_version", 0);
+    rc = (nvmlReturn_t)num_of(root, "init_rc", NVML_SUCCESS);
+    list = member(root, "devices");
+    for (list = list && list->type == J_ARR ? list->child : NULL; list; list = list->next) {
+        if (device_count == MAX_DEVICES || load_device(device_count, list)) {
+            fprintf(stderr, "fake NVML: %s: device %u unusable\n", path, device_count);
+            rc = NVML_ERROR_UNKNOWN;
+            break;
+        }
+        device_count++;
+    }
+    json_free(root);
+    return rc;
 }
 
 static int valid(nvmlDevice_t d)
 {
-    return d >= devices && d < devices + device_count;
+    const struct nvmlDevice_st *first = &migs[0][0];
+    if (d >= devices && d < devices + device_count) return 1;
+    return d >= first && d < first + MAX_DEVICES * MAX_MIG && d->in_use;
 }
 
 /* NOT_SUPPORTED when the device's not_supported list names the symbol. */
 static int unsupported(nvmlDevice_t d, const char *symbol)
 {
     size_t n = strlen(symbol);
-    const char *p = d->not_supported;
-    while ((p = strstr(p, symbol)) != NULL) {
-        if ((p == d->not_supported || p[-1] == ',') && (p[n] == ',' || p[n] == '\0'))
+    const char *p = d->not_supported; /* "sym,sym,...," */
+    for (; (p = strstr(p, symbol)) != NULL; p += n)
+        if ((p == d->not_supported || p[-1] == ',') && p[n] == ',')
             return 1;
-        p += n;
-    }
     return 0;
 }
 
-#define CHECK_DEVICE(d, symbol)                                   \
-    do {                                                          \
-        if (!initialized) return NVML_ERROR_UNINITIALIZED;        \
-        if (!valid(d)) return NVML_ERROR_INVALID_ARGUMENT;        \
+#define CHECK_DEVICE(d, symbol)                                      \
+    do {                                                             \
+        if (!initialized) return NVML_ERROR_UNINITIALIZED;           \
+        if (!valid(d)) return NVML_ERROR_INVALID_ARGUMENT;           \
         if (unsupported(d, symbol)) return NVML_ERROR_NOT_SUPPORTED; \
     } while (0)
 
@@ -151,6 +458,8 @@ static nvmlReturn_t copy_out(char *buf, unsigned int length, const char *value)
     strcpy(buf, value);
     return NVML_SUCCESS;
 }
+
+/* ---- the NVML API ---------------------------------------------------------------------------- */
 
 nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
 {
@@ -180,6 +489,7 @@ const char *nvmlErrorString(nvmlReturn_t result)
     case NVML_ERROR_NOT_FOUND: return "Not Found";
     case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
     case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument Version Mismatch";
     default: return "Unknown Error";
     }
 }
@@ -196,6 +506,7 @@ nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
     return copy_out(version, length, nvml_version);
 }
 
+/* Real NVML answers this one without nvmlInit (it asks the CUDA driver library). */
 nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion)
 {
     if (!cudaDriverVersion) return NVML_ERROR_INVALID_ARGUMENT;
@@ -239,6 +550,7 @@ nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int len
 nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber)
 {
     CHECK_DEVICE(device, "nvmlDeviceGetMinorNumber");
+    if (device->parent) return NVML_ERROR_NOT_SUPPORTED;
     if (!minorNumber) return NVML_ERROR_INVALID_ARGUMENT;
     *minorNumber = device->minor;
     return NVML_SUCCESS;
@@ -249,13 +561,14 @@ nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
     unsigned int domain = 0, bus = 0, dev = 0, fn = 0;
     CHECK_DEVICE(device, "nvmlDeviceGetPciInfo_v3");
     if (!pci) return NVML_ERROR_INVALID_ARGUMENT;
+    if (device->parent) device = device->parent;
     memset(pci, 0, sizeof *pci);
     sscanf(device->bus_id, "%x:%x:%x.%x", &domain, &bus, &dev, &fn);
     pci->domain = domain;
     pci->bus = bus;
     pci->device = dev;
-    pci->pciDeviceId = 0x1bb310de;
-    copy_str(pci->busId, sizeof pci->busId, device->bus_id);
+    pci->pciDeviceId = device->pci_device_id;
+    snprintf(pci->busId, sizeof pci->busId, "%s", device->bus_id);
     snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%04x:%02x:%02x.%x", domain & 0xffff, bus, dev, fn);
     return NVML_SUCCESS;
 }
@@ -282,24 +595,113 @@ nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major,
 nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode)
 {
     CHECK_DEVICE(device, "nvmlDeviceGetMigMode");
+    if (!device->has_mig_mode) return NVML_ERROR_NOT_SUPPORTED;
     if (!currentMode || !pendingMode) return NVML_ERROR_INVALID_ARGUMENT;
     *currentMode = device->mig_current;
     *pendingMode = device->mig_pending;
     return NVML_SUCCESS;
 }
 
+/* Zero when MIG is not supported or not enabled, as the NVML docs say. */
 nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count)
 {
     CHECK_DEVICE(device, "nvmlDeviceGetMaxMigDeviceCount");
     if (!count) return NVML_ERROR_INVALID_ARGUMENT;
-    *count = device->max_mig;
+    *count = device->has_mig_mode && device->mig_current ? device->max_mig : 0;
     return NVML_SUCCESS;
 }
 
-/* The fake has no MIG instances: every slot is empty, as on a MIG GPU without instances. */
 nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index, nvmlDevice_t *migDevice)
 {
     CHECK_DEVICE(device, "nvmlDeviceGetMigDeviceHandleByIndex");
-    if (!migDevice || index >= device->max_mig) return NVML_ERROR_INVALID_ARGUMENT;
+    if (device->parent || !migDevice || index >= device->max_mig) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!device->has_mig_mode || !device->mig_current) return NVML_ERROR_NOT_SUPPORTED;
+    if (!migs[device - devices][index].in_use) return NVML_ERROR_NOT_FOUND;
+    *migDevice = &migs[device - devices][index];
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice)
+{
+    CHECK_DEVICE(device, "nvmlDeviceIsMigDeviceHandle");
+    if (!isMigDevice) return NVML_ERROR_INVALID_ARGUMENT;
+    *isMigDevice = device->parent != NULL;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice, nvmlDevice_t *device)
+{
+    CHECK_DEVICE(migDevice, "nvmlDeviceGetDeviceHandleFromMigDeviceHandle");
+    if (!device || !migDevice->parent) return NVML_ERROR_INVALID_ARGUMENT;
+    *device = migDevice->parent;
+    return NVML_SUCCESS;
+}
+
+/* NVML documents this for MIG device handles only. */
+nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttributes_t *attributes)
+{
+    CHECK_DEVICE(device, "nvmlDeviceGetAttributes_v2");
+    if (!attributes) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!device->parent || !device->has_attributes) return NVML_ERROR_NOT_SUPPORTED;
+    *attributes = device->attributes;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t *info)
+{
+    CHECK_DEVICE(device, "nvmlDeviceGetGpuFabricInfo");
+    if (!info) return NVML_ERROR_INVALID_ARGUMENT;
+    if (device->parent || !device->has_fabric) return NVML_ERROR_NOT_SUPPORTED;
+    *info = device->fabric;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfo_v2_t *info)
+{
+    CHECK_DEVICE(device, "nvmlDeviceGetGpuFabricInfoV");
+    if (!info) return NVML_ERROR_INVALID_ARGUMENT;
+    if (info->version != NVML_STRUCT_VERSION(sizeof *info, 2)) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (device->parent || !device->has_fabric) return NVML_ERROR_NOT_SUPPORTED;
+    memcpy(info->clusterUuid, device->fabric.clusterUuid, sizeof info->clusterUuid);
+    info->status = device->fabric.status;
+    info->cliqueId = device->fabric.cliqueId;
+    info->state = device->fabric.state;
+    info->healthMask = 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id)
+{
+    CHECK_DEVICE(device, "nvmlDeviceGetGpuInstanceId");
+    if (!id || !device->parent) return NVML_ERROR_INVALID_ARGUMENT;
+    *id = device->gpu_instance_id;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id, nvmlGpuInstance_t *gpuInstance)
+{
+    unsigned int slot;
+    CHECK_DEVICE(device, "nvmlDeviceGetGpuInstanceById");
+    if (!gpuInstance || device->parent) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!device->has_mig_mode || !device->mig_current) return NVML_ERROR_NOT_SUPPORTED;
+    for (slot = 0; slot < MAX_MIG; slot++) {
+        struct nvmlDevice_st *m = &migs[device - devices][slot];
+        if (m->in_use && m->gpu_instance_id == id) {
+            *gpuInstance = m;
+            return NVML_SUCCESS;
+        }
+    }
     return NVML_ERROR_NOT_FOUND;
+}
+
+nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpuInstance, nvmlGpuInstanceInfo_t *info)
+{
+    CHECK_DEVICE(gpuInstance, "nvmlGpuInstanceGetInfo");
+    if (!info || !gpuInstance->parent) return NVML_ERROR_INVALID_ARGUMENT;
+    memset(info, 0, sizeof *info);
+    info->device = gpuInstance->parent;
+    info->id = gpuInstance->gpu_instance_id;
+    info->profileId = gpuInstance->gpu_instance_profile_id;
+    info->placement.size = gpuInstance->attributes.gpuInstanceSliceCount;
+    return NVML_SUCCESS;
 }

@@ -1,62 +1,178 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) gpuready.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Build the fake libnvidia-ml.so.1 (fake_nvml.c) and write its configuration and a fake sysfs tree.
-
-A JSON-like dict is turned into the key=value file the C code reads (FAKE_NVML_CONFIG)."""
+"""Build the fake libnvidia-ml.so.1 (fake_nvml.c), write its JSON configuration and the fake sysfs
+and DMI files a node would have. ``node_from_case`` turns a GFD label case into all three."""
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import hashlib
+import json
 import os
+import re
 import shutil
+import struct
 import subprocess
 
-SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'fake_nvml.c')
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_nvml.c")
 MIB = 1024 * 1024
+NVIDIA = "0x10de"
+FABRIC_STATE_NOT_STARTED = 1
+FABRIC_STATE_COMPLETED = 3
+PCI_STATUS_CAP_LIST = 0x10
+PCI_CAP_ID_PM = 0x01
+PCI_CAP_ID_VNDR = 0x09
+PCI_CAP_ID_EXP = 0x10
 
 
 def build(directory):
     """Compile the fake NVML into directory; returns the .so path."""
-    gcc = shutil.which('gcc')
+    gcc = shutil.which("gcc")
     if not gcc:
-        raise RuntimeError('gcc is needed to build the fake NVML')
-    target = os.path.join(directory, 'libnvidia-ml.so.1')
-    subprocess.run([gcc, '-shared', '-fPIC', '-O2', '-Wall', '-Wextra', '-Werror', '-Wl,-soname,libnvidia-ml.so.1',
-                    '-o', target, SOURCE], check=True)
+        raise RuntimeError("gcc is needed to build the fake NVML")
+    target = os.path.join(directory, "libnvidia-ml.so.1")
+    subprocess.run([gcc, "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-Wl,-soname,libnvidia-ml.so.1",
+                    "-o", target, SOURCE], check=True)
     return target
 
 
 def write_config(path, config):
-    """config: {init_rc, driver, nvml, cuda, devices: [{name, uuid, bus_id, minor, memory (bytes),
-    compute_capability [major, minor], mig_mode [current, pending] , max_mig, not_supported [symbols]}]}."""
-    lines = ['init_rc=%d' % config.get('init_rc', 0), 'driver=%s' % config.get('driver', '535.183.01'),
-             'nvml=%s' % config.get('nvml', '12.%s' % config.get('driver', '535.183.01')),
-             'cuda=%d' % config.get('cuda', 12020), 'count=%d' % len(config.get('devices', []))]
-    for index, dev in enumerate(config.get('devices', [])):
-        values = {
-            'name': dev['name'], 'uuid': dev['uuid'], 'bus_id': dev['bus_id'], 'minor': dev.get('minor', index),
-            'memory': dev['memory'], 'cc_major': dev['compute_capability'][0],
-            'cc_minor': dev['compute_capability'][1], 'mig_current': dev.get('mig_mode', [0, 0])[0],
-            'mig_pending': dev.get('mig_mode', [0, 0])[1], 'max_mig': dev.get('max_mig', 0),
-            'not_supported': ','.join(dev.get('not_supported', [])),
-        }
-        lines.extend('dev%d.%s=%s' % (index, key, value) for key, value in values.items())
-    with open(path, 'w') as handle:
-        handle.write('\n'.join(lines) + '\n')
+    """config: the fake's JSON schema (README.md next to this file)."""
+    with open(path, "w") as handle:
+        json.dump(config, handle, indent=1)
     return path
 
 
+def config_space(vendor_capability=None):
+    """256 bytes of PCI config space: a capability list PM -> PCIe -> vendor-specific (when given,
+    the bytes after the 3-byte header). Without one, no vendor capability, as on most GPUs."""
+    space = bytearray(256)
+    struct.pack_into("<HH", space, 0, 0x10DE, 0x1BB3)
+    struct.pack_into("<H", space, 0x06, PCI_STATUS_CAP_LIST)
+    space[0x34] = 0x60
+    space[0x60:0x62] = bytes([PCI_CAP_ID_PM, 0x68])
+    space[0x68:0x6A] = bytes([PCI_CAP_ID_EXP, 0x78 if vendor_capability is not None else 0])
+    if vendor_capability is not None:
+        body = bytes(vendor_capability)
+        space[0x78:0x78 + 3 + len(body)] = bytes([PCI_CAP_ID_VNDR, 0, 3 + len(body)]) + body
+    return bytes(space)
+
+
+def vgpu_capability(host_driver_version, host_driver_branch, records_before=((0x07, b"\x01\x02"),)):
+    """The vendor capability body of a vGPU guest function: the "VF" signature, then records
+    (id, length, payload); record 0 carries the host driver version and branch, 10 bytes each."""
+    body = bytearray(b"VF")
+    for record_id, payload in records_before:
+        body += bytes([record_id, 2 + len(payload)]) + payload
+    host = host_driver_version.encode().ljust(10, b"\0") + host_driver_branch.encode().ljust(10, b"\0")
+    body += bytes([0, 2 + len(host)]) + host
+    return bytes(body)
+
+
 def write_sysfs(root, functions, modules=()):
-    """functions: {sysfs bus id: (vendor, class)}; modules: names under <root>/module."""
-    for bus_id, (vendor, pci_class) in functions.items():
-        path = os.path.join(root, 'bus', 'pci', 'devices', bus_id)
+    """functions: {sysfs bus id: {"vendor", "class" (None: no file), "device", "config" (bytes)}};
+    modules: names under <root>/module."""
+    os.makedirs(os.path.join(root, "bus", "pci", "devices"), exist_ok=True)
+    for bus_id, function in functions.items():
+        path = os.path.join(root, "bus", "pci", "devices", bus_id)
         os.makedirs(path)
-        for name, value in (('vendor', vendor), ('class', pci_class), ('device', '0x1bb3')):
-            with open(os.path.join(path, name), 'w') as handle:
-                handle.write(value + '\n')
-    os.makedirs(os.path.join(root, 'bus', 'pci', 'devices'), exist_ok=True)
+        for name in ("vendor", "class", "device"):
+            if function.get(name) is not None:
+                with open(os.path.join(path, name), "w") as handle:
+                    handle.write(function[name] + "\n")
+        with open(os.path.join(path, "config"), "wb") as handle:
+            handle.write(function.get("config") or config_space())
     for name in modules:
-        os.makedirs(os.path.join(root, 'module', name))
+        os.makedirs(os.path.join(root, "module", name))
     return root
+
+
+def _uuid(prefix, *parts):
+    digest = hashlib.sha1("/".join(str(p) for p in parts).encode()).hexdigest()
+    return "%s-%s-%s-%s-%s-%s" % (prefix, digest[:8], digest[8:12], digest[12:16], digest[16:20], digest[20:32])
+
+
+# NVML_GPU_INSTANCE_PROFILE_* by (slices, profile name suffix)
+GPU_INSTANCE_PROFILE_IDS = {
+    (1, ""): 0x0, (2, ""): 0x1, (3, ""): 0x2, (4, ""): 0x3, (7, ""): 0x4, (8, ""): 0x5, (6, ""): 0x6,
+    (1, "+me"): 0x7, (2, "+me"): 0x8, (1, "+gfx"): 0xA, (2, "+gfx"): 0xB, (4, "+gfx"): 0xC, (3, "+gfx"): 0x11,
+    (1, "-me"): 0xD, (2, "-me"): 0xE, (1, "+me.all"): 0xF, (2, "+me.all"): 0x10,
+}
+
+
+def gpu_instance_profile_id(profile):
+    """The NVML GPU instance profile id behind a MIG profile name such as 1g.10gb+me or 1c.3g.20gb."""
+    match = re.match(r"^(?:\d+c\.)?(\d+)g\.\d+gb(.*)$", profile)
+    if not match or (int(match.group(1)), match.group(2)) not in GPU_INSTANCE_PROFILE_IDS:
+        raise ValueError("no NVML GPU instance profile for MIG profile %r" % (profile,))
+    return GPU_INSTANCE_PROFILE_IDS[(int(match.group(1)), match.group(2))]
+
+
+def _mig_device(case_name, index, slot, parent, mig):
+    return {
+        "slot": slot,
+        "gpu_instance_id": slot + 1,
+        "gpu_instance_profile_id": gpu_instance_profile_id(mig["profile"]),
+        "name": "%s MIG %s" % (parent["name"], mig["profile"]),
+        "uuid": _uuid("MIG", case_name, index, slot),
+        "memory_total": mig["memory_mb"] * MIB,
+        "attributes": {
+            "multiprocessorCount": mig["multiprocessors"], "sharedCopyEngineCount": mig["copy_engines"],
+            "sharedDecoderCount": mig["decoders"], "sharedEncoderCount": mig["encoders"],
+            "sharedJpegCount": mig["jpeg"], "sharedOfaCount": mig["ofa"],
+            "gpuInstanceSliceCount": mig["gi_slices"], "computeInstanceSliceCount": mig["ci_slices"],
+            "memorySizeMB": mig["memory_mb"],
+        },
+    }
+
+
+def bus_ids(index):
+    """(NVML bus id, sysfs bus id) of the index-th fake GPU."""
+    bus = 0x07 + 0x10 * index
+    return "00000000:%02X:00.0" % bus, "0000:%02x:00.0" % bus
+
+
+def node_from_case(case, root):
+    """Write the fake NVML configuration, sysfs tree and DMI file of a GFD label case's node under
+    root. Returns {"config", "sysfs_root", "dmi_product_file"} and the facts the module must give
+    are the case's own."""
+    os.makedirs(root, exist_ok=True)
+    devices, functions = [], {}
+    vgpus = list(case.get("vgpu_devices") or [])
+    for index, device in enumerate(case["devices"]):
+        nvml_bus_id, sysfs_bus_id = bus_ids(index)
+        nvml = {
+            "name": device["name"], "uuid": _uuid("GPU", case["name"], index), "pci_bus_id": nvml_bus_id,
+            "minor_number": index, "memory_total": device["memory_mib"] * MIB,
+            "compute_capability": device["compute_capability"],
+        }
+        if device["mig_capable"]:
+            mode = 1 if device["mig_enabled"] else 0
+            nvml["mig_mode"] = [mode, mode]
+            nvml["mig_devices"] = [_mig_device(case["name"], index, slot, device, mig)
+                                   for slot, mig in enumerate(device.get("mig_devices") or [])]
+        if device.get("fabric"):
+            fabric = device["fabric"]
+            nvml["fabric"] = {
+                "cluster_uuid": fabric.get("cluster_uuid") or "", "clique_id": fabric.get("clique_id", 0),
+                "state": FABRIC_STATE_COMPLETED if fabric.get("attached") else FABRIC_STATE_NOT_STARTED}
+        devices.append(nvml)
+        vgpu = vgpus.pop(0) if vgpus else None
+        capability = vgpu_capability(vgpu["host_driver_version"], vgpu["host_driver_branch"]) if vgpu else None
+        functions[sysfs_bus_id] = {"vendor": NVIDIA, "class": device["pci_class"], "device": "0x1bb3",
+                                   "config": config_space(capability)}
+    if vgpus:
+        raise ValueError("case %s has more vgpu_devices than devices" % case["name"])
+    config = {"driver_version": case["driver_version"], "nvml_version": "12.%s" % case["driver_version"],
+              "cuda_driver_version": case["cuda_driver_version"], "devices": devices}
+    node = {
+        "config": write_config(os.path.join(root, "fake-nvml.json"), config),
+        "sysfs_root": write_sysfs(os.path.join(root, "sys"), functions, modules=("nvidia",) if devices else ()),
+        "dmi_product_file": os.path.join(root, "product_name"),
+    }
+    if case["machine_type"] is not None:
+        with open(node["dmi_product_file"], "w") as handle:
+            handle.write(case["machine_type"] + "\n")
+    return node

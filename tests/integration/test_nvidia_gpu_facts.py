@@ -17,13 +17,12 @@ from playbook import run_tasks
 MODULE = "gpuready.nvidia.nvidia_gpu_facts"
 P4_MEMORY = 7611 * harness.MIB
 P4_BUS = ["00000000:%02X:00.0" % bus for bus in (0x3B, 0x5E, 0x86, 0xAF)]
-P4_SYSFS = {"0000:%02x:00.0" % bus: ("0x10de", "0x030200") for bus in (0x3B, 0x5E, 0x86, 0xAF)}
+P4_SYSFS = {"0000:%02x:00.0" % bus: {"vendor": "0x10de", "class": "0x030200"} for bus in (0x3B, 0x5E, 0x86, 0xAF)}
 # facts from tests' seed case (gfd_label_cases: 4x Tesla P4, driver 535.183.01, CUDA 12.2, PowerEdge R740)
 SEED = {
-    "driver": "535.183.01", "cuda": 12020, "machine_type": "PowerEdge R740",
-    "devices": [{"name": "Tesla P4", "uuid": "GPU-%08d-1111-2222-3333-444444444444" % i, "bus_id": P4_BUS[i],
-                 "minor": i, "memory": P4_MEMORY, "compute_capability": [6, 1],
-                 "not_supported": ["nvmlDeviceGetMigMode", "nvmlDeviceGetMaxMigDeviceCount"]} for i in range(4)],
+    "driver_version": "535.183.01", "nvml_version": "12.535.183.01", "cuda_driver_version": 12020,
+    "devices": [{"name": "Tesla P4", "uuid": "GPU-%08d-1111-2222-3333-444444444444" % i, "pci_bus_id": P4_BUS[i],
+                 "minor_number": i, "memory_total": P4_MEMORY, "compute_capability": [6, 1]} for i in range(4)],
 }
 
 
@@ -40,7 +39,7 @@ def _run(tmp_path, fake_nvml_dir, config, functions, machine="PowerEdge R740", a
     dmi = os.path.join(workdir, "product_name")
     with open(dmi, "w") as handle:
         handle.write(machine + "\n")
-    conf = harness.write_config(os.path.join(workdir, "fake-nvml.conf"), config)
+    conf = harness.write_config(os.path.join(workdir, "fake-nvml.json"), config)
     task_args = dict(sysfs_root=sysfs, dmi_product_file=dmi, **(args or {}))
     tasks = [{"name": "Gather", MODULE: task_args, "register": "facts", "ignore_errors": True,
               "environment": {"LD_LIBRARY_PATH": fake_nvml_dir if ld_path is None else ld_path,
@@ -68,7 +67,8 @@ def test_seed_4x_tesla_p4(tmp_path, fake_nvml_dir):
         assert device == {
             "index": index, "name": "Tesla P4", "uuid": SEED["devices"][index]["uuid"], "pci_bus_id": P4_BUS[index],
             "minor_number": index, "memory_mib": 7611, "compute_capability": [6, 1], "mig_capable": False,
-            "mig_enabled": False, "mig_devices": [], "pci_class": "0x030200"}
+            "mig_enabled": False, "mig_devices": [], "pci_class": "0x030200", "fabric": None}
+    assert gpu["vgpu_devices"] == []
 
 
 def _shared_seed():
@@ -95,11 +95,12 @@ def test_seed_matches_the_reference_case(tmp_path, fake_nvml_dir):
         assert {key: fact[key] for key in expected} == expected
 
 
-def test_mig_enabled_a100(tmp_path, fake_nvml_dir):
-    config = {"driver": "550.54.15", "cuda": 12040, "devices": [
-        {"name": "NVIDIA A100-SXM4-40GB", "uuid": "GPU-a100", "bus_id": "00000000:07:00.0",
-         "memory": 40960 * harness.MIB, "compute_capability": [8, 0], "mig_mode": [1, 1], "max_mig": 7}]}
-    proc, result = _run(tmp_path, fake_nvml_dir, config, {"0000:07:00.0": ("0x10de", "0x030200")})
+def test_mig_enabled_a100_without_instances(tmp_path, fake_nvml_dir):
+    config = {"driver_version": "550.54.15", "cuda_driver_version": 12040, "devices": [
+        {"name": "NVIDIA A100-SXM4-40GB", "uuid": "GPU-a100", "pci_bus_id": "00000000:07:00.0",
+         "memory_total": 40960 * harness.MIB, "compute_capability": [8, 0], "mig_mode": [1, 1],
+         "max_mig_devices": 7}]}
+    proc, result = _run(tmp_path, fake_nvml_dir, config, {"0000:07:00.0": {"vendor": "0x10de", "class": "0x030200"}})
     assert not result.get("failed"), proc.stdout
     device = result["ansible_facts"]["nvidia_gpu"]["devices"][0]
     assert (device["mig_capable"], device["mig_enabled"], device["mig_devices"]) == (True, True, [])
@@ -115,7 +116,8 @@ def test_mig_on_pascal_not_supported_is_data(tmp_path, fake_nvml_dir):
 
 
 def test_no_hardware(tmp_path, fake_nvml_dir):
-    proc, result = _run(tmp_path, fake_nvml_dir, {"devices": []}, {"0000:00:02.0": ("0x8086", "0x030000")},
+    proc, result = _run(tmp_path, fake_nvml_dir, {"devices": []},
+                        {"0000:00:02.0": {"vendor": "0x8086", "class": "0x030000"}},
                         args={"fail_on_error": True})
     assert not result.get("failed"), proc.stdout
     assert result["ansible_facts"]["nvidia_gpu"]["present"] is False
@@ -147,7 +149,7 @@ def test_fail_on_error(tmp_path, fake_nvml_dir):
 
 def test_check_mode(tmp_path, fake_nvml_dir):
     workdir = str(tmp_path)
-    conf = harness.write_config(os.path.join(workdir, "c.conf"), SEED)
+    conf = harness.write_config(os.path.join(workdir, "c.json"), SEED)
     sysfs = harness.write_sysfs(os.path.join(workdir, "sys"), P4_SYSFS)
     tasks = [{"name": "Gather", MODULE: {"sysfs_root": sysfs}, "check_mode": True, "register": "facts",
               "environment": {"LD_LIBRARY_PATH": fake_nvml_dir, "FAKE_NVML_CONFIG": conf}}]
