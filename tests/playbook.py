@@ -12,8 +12,9 @@ import subprocess
 import sys
 
 
-def run_tasks(workdir, tasks, timeout=900):
-    """Run tasks on localhost; returns (completed process, {register name: result})."""
+def run_tasks(workdir, tasks, timeout=900, python=sys.executable):
+    """Run tasks on localhost with python as the node's interpreter; returns (completed process,
+    {register name: result})."""
     names = [t["register"] for t in tasks if "register" in t]
     results = os.path.join(workdir, "results.json")
     saved = ", ".join("%s: (%s | default({'skipped_by_play': true}))" % (json.dumps(n), n) for n in names)
@@ -32,7 +33,7 @@ def run_tasks(workdir, tasks, timeout=900):
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_LOCAL_TEMP=os.path.join(workdir, ".ansible-local"),
                ANSIBLE_REMOTE_TEMP=os.path.join(workdir, ".ansible-remote"), ANSIBLE_RETRY_FILES_ENABLED="0")
     cmd = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,", "-c", "local",
-           "-e", "ansible_python_interpreter=%s" % sys.executable, "--diff", playbook]
+           "-e", "ansible_python_interpreter=%s" % python, "--diff", playbook]
     proc = subprocess.run(cmd, env=env, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           universal_newlines=True, timeout=timeout, check=False)
     if not os.path.exists(results):

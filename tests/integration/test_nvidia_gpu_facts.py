@@ -173,3 +173,18 @@ def test_adhoc_on_this_machine(tmp_path):
     gpu = result["ansible_facts"]["nvidia_gpu"]
     assert gpu["present"] is False
     assert gpu["nvml_ok"] is False and "library not found" in gpu["error"]
+
+
+def test_nvidia_ml_py_absent(tmp_path, fake_nvml_dir):
+    """A node Python without nvidia-ml-py: a venv of the same interpreter without site packages."""
+    venv = str(tmp_path / "bare")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    workdir = str(tmp_path)
+    conf = harness.write_config(os.path.join(workdir, "c.json"), SEED)
+    sysfs = harness.write_sysfs(os.path.join(workdir, "sys"), P4_SYSFS)
+    tasks = [{"name": "Gather", MODULE: {"sysfs_root": sysfs}, "register": "facts",
+              "environment": {"LD_LIBRARY_PATH": fake_nvml_dir, "FAKE_NVML_CONFIG": conf}}]
+    proc, results = run_tasks(workdir, tasks, python=os.path.join(venv, "bin", "python"))
+    gpu = results["facts"]["ansible_facts"]["nvidia_gpu"]
+    assert gpu["present"] is True and gpu["nvml_ok"] is False, proc.stdout
+    assert "nvidia-ml-py is not installed" in gpu["error"]
