@@ -8,7 +8,7 @@ set -euo pipefail
 
 [ -d "$COLLECTION_DIR" ] || die "no $COLLECTION_DIR: run make build"
 cd "$COLLECTION_DIR"
-PYTEST=(python -m pytest -p no:cacheprovider --durations=10 -ra -o asyncio_default_fixture_loop_scope=function)
+PYTEST=(python -m pytest -p no:cacheprovider --durations=10 -ra)
 
 case "${1:-}" in
     units)

@@ -125,3 +125,15 @@ def pytest_runtest_makereport(item, call):  # pylint: disable=unused-argument
     if report.when == 'call' and report.failed:
         for daemon in getattr(item, 'gpuready_daemons', []):
             report.sections.append(('containerd log %s' % daemon.workdir, daemon.log()[-20000:]))
+
+
+@pytest.fixture(scope='session')
+def k8s_api(tmp_path_factory):
+    """One Kubernetes API emulator (tests/k8s_emulator) for the whole run, over HTTPS. Tests use
+    names of their own, so they do not see each other's objects."""
+    from k8s_emulator.client import Emulator
+    emulator = Emulator.start(str(tmp_path_factory.mktemp('k8s-api')))
+    try:
+        yield emulator
+    finally:
+        emulator.stop()
