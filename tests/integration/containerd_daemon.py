@@ -17,7 +17,9 @@ Privacy comes from the command line and from namespaces, not from editing the co
   (``unshare``): private tmpfs on ``/run/containerd`` (runc and shim state, which ignore
   ``--state``) and ``/run/nri`` (2.x serves NRI on ``/run/nri/nri.sock`` by default), and its own
   loopback, so configs that listen on TCP (AKS: ``metrics.address = "0.0.0.0:10257"``, k3s:
-  ``stream_server_port = "10010"``) neither collide nor face the network. Use ``ctr()`` to run
+  ``stream_server_port = "10010"``) neither collide nor face the network. An existing
+  ``/etc/cni/net.d`` gets an empty tmpfs too, so the host's CNI networks (podman installs one)
+  never make the network condition ready. Use ``ctr()`` to run
   ctr inside those namespaces (ctr's stdio FIFOs live under ``/run/containerd/fifo``).
 * Left alone because they come from the config and only create empty folders: the ``opt``
   plugin's path (``/opt/containerd``, Debian: ``/var/lib/containerd/opt``) and the CRI CNI
@@ -61,6 +63,8 @@ for d in /run/containerd /run/nri; do
     mkdir -p "$d"
     mount -t tmpfs -o mode=0711 gpuready-test "$d"
 done
+# The host's CNI networks (podman installs one) are not the config under test's.
+if [ -d /etc/cni/net.d ]; then mount -t tmpfs -o mode=0755 gpuready-test /etc/cni/net.d; fi
 if command -v ip >/dev/null 2>&1; then ip link set lo up; fi
 exec "$@"
 '''
