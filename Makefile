@@ -3,6 +3,7 @@
 #   make test         bootstrap build sanity lint units integration docs (stops at the first failure)
 #   make <stage>      one stage (plus bootstrap and build, which are cheap when already done)
 #   make clean        remove .build and .cache/dist;  make distclean: also .venv*, .cache
+#   make lab-up / lab-down / lab-env   the podman GPU-node lab (lab/README.md); not part of `make test`
 #
 # Each stage prints "==> stage NAME: Ns". Caches kept between runs: .venv, .venv-latest,
 # .cache/ (containerd .debs, pip wheel, tomlkit-oldest) and ~/.ansible/test (sanity venvs).
@@ -17,6 +18,7 @@ TOMLKIT_OLDEST ?= 0.15.1
 STAGE := tools/stage.sh
 
 .PHONY: test bootstrap build sanity lint units units-main units-tomlkit-oldest integration docs clean distclean
+.PHONY: lab-up lab-down lab-env
 
 test: bootstrap build sanity lint units integration docs
 
@@ -45,6 +47,16 @@ integration: build
 
 docs: build
 	@$(STAGE) docs tools/docs.sh
+
+# The lab (lab/lab.py): `eval "$$(make -s lab-env)"` exports KUBECONFIG, GPUREADY_LAB_INVENTORY, ...
+lab-up: bootstrap
+	@.venv/bin/python lab/lab.py up
+
+lab-down:
+	@.venv/bin/python lab/lab.py down
+
+lab-env:
+	@.venv/bin/python lab/lab.py env
 
 clean:
 	rm -rf .build .cache/dist tests/output

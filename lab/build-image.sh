@@ -2,9 +2,13 @@
 # Builds what the lab needs, each piece cached under .cache/lab/ and rebuilt only when missing:
 #   * the node image localhost/gpuready-lab-node:bookworm (debootstrap rootfs tarball,
 #     `podman import`ed only when the image is missing or was built from another tarball),
+#   * the GPU node image localhost/gpuready-lab-gpunode:bookworm: the node image plus what a
+#     driver and toolkit install would place (fake libnvidia-ml.so.1, nvidia-smi stand-in,
+#     nvidia-container-runtime stand-in), the seed's containerd config, a kubelet config and the
+#     user `ops` (passwordless sudo); one `podman commit` layer, rebuilt when its inputs change,
 #   * artifacts/ (mounted read-only at /opt/lab in a node): OCI archives of a pause image
-#     and a busybox workload image, a dynamically linked test binary, and the CRI client
-#     (cri.py + grpcio/protobuf + code generated from the CRI api.proto).
+#     and a busybox workload image (with the NVML probe), a dynamically linked test binary, and
+#     the CRI client (cri.py + grpcio/protobuf + code generated from the CRI api.proto).
 set -euo pipefail
 # shellcheck source=lab/podman-env.sh
 . "$(dirname "$0")/podman-env.sh"
@@ -12,6 +16,8 @@ set -euo pipefail
 NODE_PACKAGES="systemd,systemd-sysv,dbus,containerd,runc,python3,iproute2,sudo,ca-certificates,procps"
 # Bump to force a new rootfs when the customisation below changes.
 NODE_RECIPE=1
+# Bump to force a new GPU layer when gpu_node_image changes.
+GPU_RECIPE=1
 PAUSE_REF="localhost/gpuready-lab/pause:1"
 WORKLOAD_REF="localhost/gpuready-lab/workload:1"
 
@@ -80,7 +86,9 @@ oci_images() {
         python3 "$LAB_DIR/oci_image.py" "$tree/pause" "$LAB_ARTIFACTS/pause.oci.tar" "$PAUSE_REF" --entrypoint /pause
     fi
     # workload: static busybox + the host's dynamic loader and libc
-    if [ ! -s "$LAB_ARTIFACTS/workload.oci.tar" ] || [ "$LAB_DIR/oci_image.py" -nt "$LAB_ARTIFACTS/workload.oci.tar" ]; then
+    if [ ! -s "$LAB_ARTIFACTS/workload.oci.tar" ] || [ "$LAB_DIR/oci_image.py" -nt "$LAB_ARTIFACTS/workload.oci.tar" ] ||
+        [ "$LAB_DIR/src/nvml-probe.c" -nt "$LAB_ARTIFACTS/workload.oci.tar" ] ||
+        [ "$LAB_DIR/src/nvml_dl.h" -nt "$LAB_ARTIFACTS/workload.oci.tar" ]; then
         deb="$(find "$debs" -maxdepth 1 -name 'busybox-static_*.deb' | head -n1)"
         if [ -z "$deb" ]; then
             if ! (cd "$debs" && apt-get download -qq busybox-static/"$LAB_SUITE" >/dev/null 2>&1); then
@@ -99,6 +107,10 @@ oci_images() {
         done
         cp -L /lib/x86_64-linux-gnu/libc.so.6 /lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 "$tree/workload/lib/x86_64-linux-gnu/"
         ln -s ../lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 "$tree/workload/lib64/ld-linux-x86-64.so.2"
+        # what a CUDA application does first: dlopen libnvidia-ml.so.1 (only the nvidia runtime binds it in)
+        mkdir -p "$tree/workload/usr/local/bin"
+        gcc -O2 -Wall -Wextra -Werror -o "$tree/workload/usr/local/bin/nvml-probe" "$LAB_DIR/src/nvml-probe.c"
+        strip "$tree/workload/usr/local/bin/nvml-probe"
         printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' >"$tree/workload/etc/passwd"
         printf 'root:x:0:\nnogroup:x:65534:\n' >"$tree/workload/etc/group"
         python3 "$LAB_DIR/oci_image.py" "$tree/workload" "$LAB_ARTIFACTS/workload.oci.tar" "$WORKLOAD_REF" --cmd /bin/sh
@@ -166,7 +178,46 @@ cri_client() {
     lab_log "CRI client: built ($(cat "$pylib/.stamp")) in $(lab_since "$t0") s"
 }
 
+# ---------------------------------------------------------------- GPU node image
+# What a driver + container toolkit install would place on a GPU node, as one layer over the
+# node image. The GPU inventory, the fake sysfs and the device nodes differ per node: lab/lab.py
+# copies them in before the node starts.
+gpu_node_image() {
+    local layer="$LAB_CACHE/trees/gpu-layer" key have t0 build=gpuready-lab-build
+    local fake_nvml="$LAB_ROOT/tests/fake_nvml/fake_nvml.c"
+    local base_key
+    base_key="$(podman image inspect --format '{{ index .Config.Labels "gpuready.lab.rootfs" }}' "$LAB_NODE_IMAGE")"
+    key="$(cat "$fake_nvml" "$LAB_DIR/src/nvidia-smi.c" "$LAB_DIR/src/nvml_dl.h" "$LAB_DIR/node/"* \
+        <(printf '%s %s\n' "$base_key" "$GPU_RECIPE") | sha256sum | cut -c1-12)"
+    have="$(podman image inspect --format '{{ index .Config.Labels "gpuready.lab.gpulayer" }}' "$LAB_GPU_IMAGE" 2>/dev/null || true)"
+    if [ "$have" = "$key" ]; then
+        lab_log "GPU node image: $LAB_GPU_IMAGE present (layer $key)"
+        return 0
+    fi
+    t0="$(lab_now)"
+    rm -rf "$layer"
+    mkdir -p "$layer/usr/lib/x86_64-linux-gnu" "$layer/usr/bin" "$layer/etc/containerd" "$layer/etc/sudoers.d" \
+        "$layer/var/lib/kubelet" "$layer/etc/nvidia-fake" "$layer/var/lib/nvidia-fake"
+    gcc -shared -fPIC -O2 -Wall -Wextra -Werror '-DFAKE_NVML_DEFAULT_CONFIG="/etc/nvidia-fake/gpus.json"' \
+        -Wl,-soname,libnvidia-ml.so.1 -o "$layer/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1" "$fake_nvml"
+    gcc -O2 -Wall -Wextra -Werror -o "$layer/usr/bin/nvidia-smi" "$LAB_DIR/src/nvidia-smi.c"
+    { printf '#!/usr/bin/python3\n'; cat "$LAB_DIR/node/nvidia_container_runtime.py"; } >"$layer/usr/bin/nvidia-container-runtime"
+    chmod 0755 "$layer/usr/bin/nvidia-container-runtime" "$layer/usr/bin/nvidia-smi"
+    install -m 0644 "$LAB_DIR/node/containerd-seed.toml" "$layer/etc/containerd/config.toml"
+    install -m 0644 "$LAB_DIR/node/kubelet-config.yaml" "$layer/var/lib/kubelet/config.yaml"
+    printf 'ops ALL=(ALL) NOPASSWD:ALL\n' >"$layer/etc/sudoers.d/ops"
+    chmod 0440 "$layer/etc/sudoers.d/ops"
+    podman rm -f "$build" >/dev/null 2>&1 || true
+    podman run --name "$build" --network host -v "$layer:/lab-layer:ro" "$LAB_NODE_IMAGE" \
+        /bin/sh -ec 'cp -a /lab-layer/. / && useradd -m -s /bin/bash ops' >/dev/null
+    podman image rm -f "$LAB_GPU_IMAGE" >/dev/null 2>&1 || true
+    podman commit -q --change 'CMD ["/sbin/init"]' --change "LABEL gpuready.lab.gpulayer=$key" "$build" "$LAB_GPU_IMAGE" >/dev/null
+    podman rm "$build" >/dev/null
+    lab_log "GPU node image: $LAB_GPU_IMAGE built (layer $key) in $(lab_since "$t0") s"
+}
+
 node_image
 oci_images
 cri_client
+gpu_node_image
 lab_log "build-image: done in $(lab_since "$T_START") s"

@@ -5,7 +5,7 @@ code generated from the CRI api.proto of Debian's golang-k8s-cri-api-dev).
 
   cri.py info                       CRI Status(verbose) as JSON (like `crictl info`)
   cri.py images                     image references known to CRI
-  cri.py run --handler H --image I [--mount HOST:CTR] -- CMD...
+  cri.py run --handler H --image I [--mount HOST:CTR] [--env K=V] -- CMD...
         host-network pod sandbox + one container, waits for it to exit, prints
         a JSON report (exit code, output, ids), then stops and removes the pod
   cri.py pods                       pod sandboxes left (JSON list of ids)
@@ -127,6 +127,7 @@ def cmd_run(rt, _img, args):
             image=pb.ImageSpec(image=args.image),
             command=args.command,
             mounts=mounts,
+            envs=[pb.KeyValue(key=kv.split("=", 1)[0], value=kv.split("=", 1)[1].encode()) for kv in args.env],
             log_path="work.log",
             linux=pb.LinuxContainerConfig(),
         )
@@ -186,6 +187,7 @@ def main():
     run.add_argument(
         "--mount", action="append", default=[], help="HOST:CONTAINER, read-only"
     )
+    run.add_argument("--env", action="append", default=[], help="KEY=VALUE")
     run.add_argument("--cgroup-parent", default="kubepods.slice")
     run.add_argument("--log-root", default="/var/log/pods")
     run.add_argument("--wait", type=float, default=30)

@@ -10,6 +10,7 @@ LAB_ROOT="$(cd "$LAB_DIR/.." && pwd)"
 LAB_CACHE="${LAB_CACHE:-$LAB_ROOT/.cache/lab}"
 LAB_ARTIFACTS="$LAB_CACHE/artifacts"     # mounted read-only at /opt/lab inside a node
 LAB_NODE_IMAGE="localhost/gpuready-lab-node:bookworm"
+LAB_GPU_IMAGE="localhost/gpuready-lab-gpunode:bookworm"   # the node image + the GPU layer (lab.py)
 LAB_SUITE=bookworm
 export LC_ALL="${LC_ALL:-C.UTF-8}"
 

@@ -6,7 +6,8 @@ set -euo pipefail
 # shellcheck source=tools/common.sh
 . "$(dirname "$0")/common.sh"
 
-APT_PACKAGES=(ca-certificates containerd runc gcc libc6-dev git shellcheck)
+# podman + debootstrap: the lab (lab/README.md), whose nodes the integration tests start
+APT_PACKAGES=(ca-certificates containerd runc gcc libc6-dev git shellcheck podman debootstrap)
 
 apt_system_packages() {
     local pkg missing=()

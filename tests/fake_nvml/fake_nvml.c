@@ -377,10 +377,18 @@ static int load_device(unsigned int index, const struct json *cfg)
     return 0;
 }
 
+/* Built with -DFAKE_NVML_DEFAULT_CONFIG="/etc/nvidia-fake/gpus.json" (the lab's nodes), the fake reads
+ * that file when FAKE_NVML_CONFIG is unset, as an installed driver needs no environment. */
+#ifdef FAKE_NVML_DEFAULT_CONFIG
+#define DEFAULT_CONFIG FAKE_NVML_DEFAULT_CONFIG
+#else
+#define DEFAULT_CONFIG NULL
+#endif
+
 /* Returns the init return code: the configured one, or UNKNOWN when the configuration is unusable. */
 static nvmlReturn_t load_config(void)
 {
-    const char *path = getenv("FAKE_NVML_CONFIG");
+    const char *path = getenv("FAKE_NVML_CONFIG") ? getenv("FAKE_NVML_CONFIG") : DEFAULT_CONFIG;
     struct json *root = NULL;
     const struct json *list;
     nvmlReturn_t rc = NVML_ERROR_UNKNOWN;
@@ -393,7 +401,7 @@ static nvmlReturn_t load_config(void)
     memset(migs, 0, sizeof migs);
     device_count = 0;
     if (!path || !(f = fopen(path, "rb"))) {
-        fprintf(stderr, "fake NVML: cannot read FAKE_NVML_CONFIG=%s\n", path ? path : "(unset)");
+        fprintf(stderr, "fake NVML: cannot read %s\n", path ? path : "FAKE_NVML_CONFIG (unset)");
         return rc;
     }
     if (fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0

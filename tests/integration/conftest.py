@@ -137,3 +137,37 @@ def k8s_api(tmp_path_factory):
         yield emulator
     finally:
         emulator.stop()
+
+
+def _load_lab_module():
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), 'lab', 'lab.py')
+    spec = importlib.util.spec_from_file_location('gpuready_lab', path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope='session')
+def lab_module():
+    """lab/lab.py as a module; skips (or fails with GPUREADY_REQUIRE_REAL=1) without root and podman."""
+    if os.geteuid() != 0:
+        _missing('the lab needs root')
+    for tool in ('podman', 'debootstrap', 'gcc'):
+        if not shutil.which(tool):
+            _missing('the lab needs %s (make bootstrap installs it)' % tool)
+    return _load_lab_module()
+
+
+@pytest.fixture(scope='session')
+def lab(lab_module, k8s_api):  # pylint: disable=redefined-outer-name
+    """One lab per pytest run (lab/lab.py, nodes gpu-p4 and gpu-h100), its Nodes registered in the
+    run's shared ``k8s_api`` emulator. Yields the Lab; ``lab.state`` is what ``up`` returned."""
+    instance = lab_module.Lab(emulator=k8s_api)
+    try:
+        instance.state = instance.up()
+        yield instance
+    finally:
+        problems = instance.down()
+        if problems:
+            raise AssertionError('lab down left: %s' % '; '.join(problems))

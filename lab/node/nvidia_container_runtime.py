@@ -1,0 +1,142 @@
+# Copyright (c) gpuready.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The lab's stand-in for nvidia-container-runtime (installed in a node as
+/usr/bin/nvidia-container-runtime, with a python3 shebang added by lab/lab.py).
+
+Like the real runtime (in its "legacy" mode) it is a runc wrapper: for `create` it edits the
+bundle's config.json, then it execs runc with the original arguments. The edit happens only when
+the container's environment has NVIDIA_VISIBLE_DEVICES (`all`, or comma-separated indices or
+UUIDs; `void`, `none` or empty: nothing). It then
+  * binds in, read-only, the driver's libnvidia-ml.so.1 and nvidia-smi,
+  * writes the GPU inventory restricted to the visible GPUs (/run/nvidia-fake/containers/ID.json)
+    and binds it at the fake NVML's default path /etc/nvidia-fake/gpus.json,
+  * adds /dev/nvidiaN of the visible GPUs, /dev/nvidiactl, /dev/nvidia-uvm and
+    /dev/nvidia-uvm-tools to linux.devices and to the device cgroup allow-list.
+Every call is logged to /var/log/nvidia-container-runtime.log.
+"""
+
+import json
+import os
+import sys
+import time
+
+RUNC = "/usr/sbin/runc"
+LOG = "/var/log/nvidia-container-runtime.log"
+INVENTORY = "/etc/nvidia-fake/gpus.json"
+PER_CONTAINER = "/run/nvidia-fake/containers"
+BINDS = ("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", "/usr/bin/nvidia-smi")
+CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+
+
+def log(message):
+    try:
+        with open(LOG, "a") as handle:
+            handle.write("%.3f %s\n" % (time.time(), message))
+    except OSError:
+        pass
+
+
+def create_args(argv):
+    """(bundle, container id) when argv is a runc `create`, else None."""
+    if "create" not in argv:
+        return None
+    rest = argv[argv.index("create") + 1:]
+    bundle, positional, skip = os.getcwd(), [], False
+    for i, arg in enumerate(rest):
+        if skip:
+            skip = False
+            continue
+        if arg in ("--bundle", "-b"):
+            bundle, skip = rest[i + 1], True
+        elif arg.startswith("--bundle="):
+            bundle = arg.split("=", 1)[1]
+        elif arg in ("--pid-file", "--console-socket", "--preserve-fds"):
+            skip = True
+        elif not arg.startswith("-"):
+            positional.append(arg)
+    return bundle, (positional[-1] if positional else "unknown")
+
+
+def visible_devices(env):
+    value = None
+    for item in env or ():
+        if item.startswith("NVIDIA_VISIBLE_DEVICES="):
+            value = item.split("=", 1)[1]
+    if value is None or value.strip() in ("", "void", "none"):
+        return None
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def select(devices, wanted):
+    if wanted == ["all"]:
+        return list(devices)
+    chosen = []
+    for want in wanted:
+        for index, device in enumerate(devices):
+            if want == str(index) or want == device.get("uuid"):
+                if device not in chosen:
+                    chosen.append(device)
+                break
+        else:
+            raise ValueError("unknown device %r" % want)
+    return chosen
+
+
+def device_entry(path):
+    st = os.stat(path)
+    return {"path": path, "type": "c", "major": os.major(st.st_rdev), "minor": os.minor(st.st_rdev),
+            "fileMode": 0o666, "uid": 0, "gid": 0}
+
+
+def inject(bundle, container_id):
+    config_path = os.path.join(bundle, "config.json")
+    with open(config_path) as handle:
+        spec = json.load(handle)
+    wanted = visible_devices(spec.get("process", {}).get("env"))
+    if wanted is None:
+        log("create %s: no NVIDIA_VISIBLE_DEVICES, nothing injected" % container_id)
+        return
+    with open(INVENTORY) as handle:
+        inventory = json.load(handle)
+    chosen = select(inventory.get("devices", []), wanted)
+    restricted = dict(inventory, devices=chosen)
+    os.makedirs(PER_CONTAINER, exist_ok=True)
+    own = os.path.join(PER_CONTAINER, container_id + ".json")
+    with open(own, "w") as handle:
+        json.dump(restricted, handle, indent=1)
+    mounts = spec.setdefault("mounts", [])
+    for path in BINDS:
+        mounts.append({"destination": path, "type": "bind", "source": path, "options": ["rbind", "ro", "nosuid"]})
+    mounts.append({"destination": INVENTORY, "type": "bind", "source": own, "options": ["rbind", "ro", "nosuid"]})
+    paths = ["/dev/nvidia%d" % device.get("minor_number", i) for i, device in enumerate(chosen)]
+    paths += list(CONTROL_DEVICES)
+    linux = spec.setdefault("linux", {})
+    linux_devices = linux.setdefault("devices", [])
+    allow = linux.setdefault("resources", {}).setdefault("devices", [])
+    for path in paths:
+        entry = device_entry(path)
+        linux_devices.append(entry)
+        allow.append({"allow": True, "type": "c", "major": entry["major"], "minor": entry["minor"], "access": "rwm"})
+    with open(config_path + ".tmp", "w") as handle:
+        json.dump(spec, handle)
+    os.rename(config_path + ".tmp", config_path)
+    log("create %s: NVIDIA_VISIBLE_DEVICES=%s -> %s" % (container_id, ",".join(wanted), " ".join(paths)))
+
+
+def main(argv):
+    log("runc %s" % " ".join(argv))
+    found = create_args(argv)
+    if found:
+        try:
+            inject(*found)
+        except (OSError, ValueError) as err:
+            # the real runtime refuses to create the container when injection fails
+            log("create %s: failed: %s" % (found[1], err))
+            sys.stderr.write("nvidia-container-runtime: %s\n" % err)
+            return 1
+    os.execv(RUNC, [RUNC] + argv)
+    return 127
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
