@@ -3,7 +3,8 @@
 #   make test         bootstrap build sanity lint units integration docs (stops at the first failure)
 #   make <stage>      one stage (plus bootstrap and build, which are cheap when already done)
 #   make clean        remove .build and .cache/dist;  make distclean: also .venv*, .cache
-#   make lab-up / lab-down / lab-env   the podman GPU-node lab (lab/README.md); not part of `make test`
+#   make lab-up / lab-down / lab-env   the podman GPU-node lab by hand (lab/README.md); `make test` starts its own
+#                                      (make lab-up LAB_NODES=gpu-p4,gpu-p4-v3: other nodes)
 #
 # Each stage prints "==> stage NAME: Ns". Caches kept between runs: .venv, .venv-latest,
 # .cache/ (containerd .debs, pip wheel, tomlkit-oldest) and ~/.ansible/test (sanity venvs).
@@ -50,7 +51,7 @@ docs: build
 
 # The lab (lab/lab.py): `eval "$$(make -s lab-env)"` exports KUBECONFIG, GPUREADY_LAB_INVENTORY, ...
 lab-up: bootstrap
-	@.venv/bin/python lab/lab.py up
+	@.venv/bin/python lab/lab.py up $(if $(LAB_NODES),--nodes $(LAB_NODES))
 
 lab-down:
 	@.venv/bin/python lab/lab.py down

@@ -4,6 +4,7 @@
 
     python lab/lab.py up [--nodes gpu-p4,gpu-h100]   build/use the cached images, start the nodes,
                                                      the API emulator, write inventory + kubeconfig
+                                                     (gpu-p4-v3, on containerd 2.x, only when named)
     python lab/lab.py down                           remove everything, check that nothing is left
     python lab/lab.py env                            print the exports for Ansible and kubectl
 
@@ -31,13 +32,22 @@ PREFIX = "gpuready-lab-"
 GPU_IMAGE = "localhost/gpuready-lab-gpunode:bookworm"
 GFD_CASES = os.path.join(TESTS, "fixtures", "gfd", "gfd_label_cases.public.json")
 # Kubernetes Node name -> GFD label case, Ansible inventory name, Ansible user (None: root),
-# and what a kubelet would report as capacity.
+# what a kubelet would report as capacity, and optionally: "containerd" ("1.6", Debian's, the
+# default; "2": the 2.x binaries bind-mounted over it, with the config version 3 seed) and
+# "default" (False: started only when asked for, `up --nodes ...` or ``Lab(nodes=[...])``).
 NODES = {
     "gpu-p4": {"case": "seed-4x-tesla-p4-driver-535", "inventory": "p4.lab.internal", "user": None,
                "cpu": "32", "memory": "263844260Ki"},
     "gpu-h100": {"case": "dgx-h100-8x-h100-mig-capable-single", "inventory": "h100.lab.internal", "user": "ops",
                  "cpu": "224", "memory": "2113645304Ki"},
+    "gpu-p4-v3": {"case": "seed-4x-tesla-p4-driver-535", "inventory": "p4-v3.lab.internal", "user": None,
+                  "cpu": "32", "memory": "263844260Ki", "containerd": "2", "default": False},
 }
+DEFAULT_NODES = [name for name, spec in NODES.items() if spec.get("default", True)]
+# The containerd 2.x node: these binaries replace Debian's 1.6 ones (read-only bind mounts), and
+# this seed replaces /etc/containerd/config.toml.
+CONTAINERD_2_BINARIES = ("containerd", "containerd-shim-runc-v2", "ctr")
+CONTAINERD_SEEDS = {"1.6": None, "2": os.path.join(LAB_DIR, "node", "containerd-seed-v3.toml")}
 NVIDIA_MAJOR, UVM_MAJOR = 195, 508  # nvidia-uvm's major is dynamic on a real node
 CRI = ["env", "PYTHONPATH=/opt/lab/pylib", "python3", "/opt/lab/cri.py"]
 
@@ -69,7 +79,10 @@ class Lab:
         self.run_dir = run_dir or os.path.join(self.cache, "run")
         self.state_path = os.path.join(self.run_dir, "state.json")
         self.emulator = emulator
-        self.names = list(nodes or NODES)
+        self.names = list(nodes or DEFAULT_NODES)
+        unknown = [name for name in self.names if name not in NODES]
+        if unknown:
+            raise LabError("unknown node(s) %s; known: %s" % (", ".join(unknown), ", ".join(NODES)))
         self.timings = {}
         self.env = dict(os.environ, LAB_CACHE=self.cache,
                         CONTAINERS_CONF=os.path.join(self.cache, "etc", "containers.conf"),
@@ -89,6 +102,19 @@ class Lab:
     def container(self, name):
         return self.prefix + name
 
+    def containerd_2_dir(self):
+        """Where the containerd 2.x binaries are: the folder of $GPUREADY_CONTAINERD_2 (tools/test-env.sh),
+        else .cache/containerd/2/usr/bin next to the lab's cache (tools/bootstrap.sh puts them there)."""
+        binary = os.environ.get("GPUREADY_CONTAINERD_2")
+        if binary:
+            folder = os.path.realpath(os.path.dirname(binary))
+        else:
+            folder = os.path.realpath(os.path.join(os.path.dirname(self.cache), "containerd", "2", "usr", "bin"))
+        missing = [name for name in CONTAINERD_2_BINARIES if not os.access(os.path.join(folder, name), os.X_OK)]
+        if missing:
+            raise LabError("containerd 2.x: no %s in %s (make bootstrap downloads them)" % (", ".join(missing), folder))
+        return folder
+
     def _wait(self, what, predicate, timeout=60, interval=0.2):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -100,6 +126,8 @@ class Lab:
     # -- up --------------------------------------------------------------------------------
     def up(self):
         t_start = time.monotonic()
+        if any(NODES[name].get("containerd") == "2" for name in self.names):
+            self.containerd_2_dir()  # fail before anything starts
         build = subprocess.run(["bash", os.path.join(LAB_DIR, "build-image.sh")], env=self.env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, check=False)
         if build.returncode != 0:
@@ -142,6 +170,7 @@ class Lab:
         tree = os.path.join(tmp, name)
         os.makedirs(os.path.join(tree, "etc", "nvidia-fake"))
         os.makedirs(os.path.join(tree, "etc", "tmpfiles.d"))
+        os.makedirs(os.path.join(tree, "etc", "containerd"))
         os.makedirs(os.path.join(tree, "var", "lib", "nvidia-fake"))
         shutil.copyfile(fake["config"], os.path.join(tree, "etc", "nvidia-fake", "gpus.json"))
         shutil.copytree(fake["sysfs_root"], os.path.join(tree, "var", "lib", "nvidia-fake", "sys"))
@@ -161,17 +190,27 @@ class Lab:
 
     def _create_node(self, name, case, harness, tmp):
         container = self.container(name)
+        series = NODES[name].get("containerd", "1.6")
         tree, count = self._node_tree(name, case, harness, tmp)
+        mounts = []
+        if series == "2":
+            # Bind mounts, not an image layer: nothing to build or cache (80 MB of binaries), and the
+            # node runs exactly the binaries the tests' GPUREADY_CONTAINERD_2 names.
+            folder = self.containerd_2_dir()
+            for binary in CONTAINERD_2_BINARIES:
+                mounts += ["-v", "%s:/usr/bin/%s:ro" % (os.path.join(folder, binary), binary)]
+        if CONTAINERD_SEEDS[series]:
+            shutil.copyfile(CONTAINERD_SEEDS[series], os.path.join(tree, "etc", "containerd", "config.toml"))
         self.podman("volume", "create", container + "-containerd")
-        cid = self.podman("create", "--name", container, "--hostname", name, "--privileged",
-                          "--systemd=always", "--cgroupns=private", "--network", "host",
-                          "--label", "gpuready.lab=1", "-v", container + "-containerd:/var/lib/containerd",
-                          "-v", os.path.join(self.cache, "artifacts") + ":/opt/lab:ro",
-                          GPU_IMAGE, "/sbin/init").strip()
+        create = ["create", "--name", container, "--hostname", name, "--privileged",
+                  "--systemd=always", "--cgroupns=private", "--network", "host",
+                  "--label", "gpuready.lab=1", "-v", container + "-containerd:/var/lib/containerd",
+                  "-v", os.path.join(self.cache, "artifacts") + ":/opt/lab:ro"]
+        cid = self.podman(*(create + mounts + [GPU_IMAGE, "/sbin/init"])).strip()
         self.podman("cp", tree + "/.", container + ":/")
         self.podman("start", container)
-        log("node %s: container %s (%s), %d fake GPUs" % (name, container, cid[:12], count))
-        return {"container": container, "id": cid, "gpus": count, "case": case["name"]}
+        log("node %s: container %s (%s), %d fake GPUs, containerd %s" % (name, container, cid[:12], count, series))
+        return {"container": container, "id": cid, "gpus": count, "case": case["name"], "containerd": series}
 
     def _wait_node(self, name):
         container = self.container(name)
@@ -374,9 +413,14 @@ def _is_emulator(pid):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=("up", "down", "env"))
-    parser.add_argument("--nodes", default=",".join(NODES), help="comma-separated, of: %s" % ", ".join(NODES))
+    parser.add_argument("--nodes", default=",".join(DEFAULT_NODES),
+                        help="comma-separated, of: %s (default: %s)" % (", ".join(NODES), ",".join(DEFAULT_NODES)))
     args = parser.parse_args()
-    lab = Lab(nodes=[n for n in args.nodes.split(",") if n])
+    try:
+        lab = Lab(nodes=[n for n in args.nodes.split(",") if n])
+    except LabError as err:
+        log(str(err))
+        return 1
     if args.what == "up":
         try:
             lab.up()
