@@ -172,6 +172,8 @@ class Lab:
         os.makedirs(os.path.join(tree, "etc", "tmpfiles.d"))
         os.makedirs(os.path.join(tree, "etc", "containerd"))
         os.makedirs(os.path.join(tree, "var", "lib", "nvidia-fake"))
+        os.makedirs(os.path.join(tree, "usr", "local", "sbin"))
+        shutil.copy(os.path.join(LAB_DIR, "node", "lab-init.sh"), os.path.join(tree, "usr", "local", "sbin", "lab-init"))
         shutil.copyfile(fake["config"], os.path.join(tree, "etc", "nvidia-fake", "gpus.json"))
         shutil.copytree(fake["sysfs_root"], os.path.join(tree, "var", "lib", "nvidia-fake", "sys"))
         if os.path.exists(fake["dmi_product_file"]):
@@ -206,7 +208,7 @@ class Lab:
                   "--systemd=always", "--cgroupns=private", "--network", "host",
                   "--label", "gpuready.lab=1", "-v", container + "-containerd:/var/lib/containerd",
                   "-v", os.path.join(self.cache, "artifacts") + ":/opt/lab:ro"]
-        cid = self.podman(*(create + mounts + [GPU_IMAGE, "/sbin/init"])).strip()
+        cid = self.podman(*(create + mounts + [GPU_IMAGE, "/usr/local/sbin/lab-init"])).strip()
         self.podman("cp", tree + "/.", container + ":/")
         self.podman("start", container)
         log("node %s: container %s (%s), %d fake GPUs, containerd %s" % (name, container, cid[:12], count, series))

@@ -128,12 +128,10 @@ V3_NODE = 'gpu-p4-v3'
 V3_PREFIX = 'gpuready-labv3-'
 
 
-# Known problem (lab/README.md): on this cgroup v1 host, removing any lab node removes the other nodes'
-# libpod cgroups, so `podman exec` into them fails afterwards. The tests that tear a second lab down
-# come after every test that execs into the session lab.
-def test_up_down_leaves_nothing(lab_module, tmp_path):
+def test_up_down_leaves_nothing(lab, lab_module, tmp_path):
     """A second, separate lab (own prefix, own API emulator process) comes up and goes away
-    without a trace: no container, volume, process in its PID namespace, conmon or emulator."""
+    without a trace: no container, volume, process in its PID namespace, conmon or emulator; and
+    the session lab's nodes stay reachable (each node's systemd keeps to its own cgroups)."""
     other = lab_module.Lab(nodes=['gpu-p4'], prefix='gpuready-labtest-', run_dir=str(tmp_path / 'run'))
     try:
         state = other.up()
@@ -144,6 +142,8 @@ def test_up_down_leaves_nothing(lab_module, tmp_path):
     assert problems == []
     assert other.podman('ps', '-a', '--filter', 'name=^gpuready-labtest-', '--format', '{{.ID}}').strip() == ''
     assert not lab_module._alive(emulator_pid)  # pylint: disable=protected-access
+    for name in ('gpu-p4', 'gpu-h100'):
+        assert lab.node_exec(lab.container(name), 'systemctl', 'is-active', 'containerd').strip() == 'active'
     print('lab timings: %s' % other.timings)
 
 
