@@ -137,13 +137,12 @@ def _status_message(exc):
 class NodeLabeler(object):
     """Labels nodes through one ApiClient (one connection pool for a whole fleet)."""
 
-    def __init__(self, api_client, check_mode=False, respect_gfd=True, sleep=time.sleep):
+    def __init__(self, api_client, check_mode=False, respect_gfd=True):
         self.host = api_client.configuration.host
         self.core = CoreV1Api(api_client)
         self.custom = CustomObjectsApi(api_client)
         self.check_mode = check_mode
         self.respect_gfd = respect_gfd
-        self.sleep = sleep
         self._node_features = None
 
     def _call(self, what, function, *args, **kwargs):
@@ -162,7 +161,7 @@ class NodeLabeler(object):
                 if exc.status == 404 and missing_ok:
                     return None
                 if (exc.status in (429,) or exc.status >= 500) and delay is not None:
-                    self.sleep(delay)
+                    time.sleep(delay)
                     continue
                 raise NodeLabelError(self._api_error(what, exc, attempt + 1))
             except urllib3.exceptions.MaxRetryError as exc:

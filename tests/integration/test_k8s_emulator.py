@@ -27,6 +27,7 @@ from kubernetes import dynamic, watch
 from kubernetes.client.rest import ApiException
 
 from k8s_emulator import Emulator
+from k8s_emulator.client import https_request
 from k8s_emulator.pki import CertificateAuthority
 from playbook import run_tasks
 
@@ -75,20 +76,8 @@ def raw_response(emu, method, path, token=None, body=None, content_type='applica
                  decode=True):
     """One HTTPS request without a Kubernetes client: (status, response, decoded JSON or text)."""
     port = int(emu.url.rsplit(':', 1)[1])
-    conn = http.client.HTTPSConnection(host or '127.0.0.1', port, context=context or emu.ssl_context(), timeout=30)
-    headers = {'Accept': 'application/json'}
-    if token:
-        headers['Authorization'] = 'Bearer %s' % token
-    data = None
-    if body is not None:
-        data = json.dumps(body).encode('utf-8')
-        headers['Content-Type'] = content_type
-    try:
-        conn.request(method, path, body=data, headers=headers)
-        response = conn.getresponse()
-        payload = response.read()
-    finally:
-        conn.close()
+    response, payload = https_request(host or '127.0.0.1', port, context or emu.ssl_context(), method, path,
+                                      token=token, body=body, content_type=content_type)
     if decode and response.getheader('Content-Type', '').startswith('application/json'):
         return response.status, response, json.loads(payload.decode('utf-8'))
     return response.status, response, payload.decode('utf-8')

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+import gfd_cases
 from fake_nvml import harness
 from playbook import run_tasks
 
@@ -71,21 +72,10 @@ def test_seed_4x_tesla_p4(tmp_path, fake_nvml_dir):
     assert gpu["vgpu_devices"] == []
 
 
-def _shared_seed():
-    shared = os.environ.get("GPUREADY_SHARED_DIR")
-    path = os.path.join(shared or "", "reference", "gfd_label_cases.public.json")
-    if not shared or not os.path.exists(path):
-        return None
-    with open(path) as handle:
-        cases = json.load(handle)
-    return next(c for c in cases if c["name"].startswith("seed-4x-tesla-p4"))
-
-
 def test_seed_matches_the_reference_case(tmp_path, fake_nvml_dir):
-    """The facts carry the reference seed case's values under its names (where the reference exists)."""
-    seed = _shared_seed()
-    if seed is None:
-        pytest.skip("GPUREADY_SHARED_DIR/reference/gfd_label_cases.public.json is not there")
+    """The facts carry the reference seed case's values under its names (the case file is a
+    byte-identical copy of ../shared's, checked in the unit tests)."""
+    seed = next(c for _n, c in gfd_cases.all_cases() if c["name"].startswith("seed-4x-tesla-p4"))
     dummy, result = _run(tmp_path, fake_nvml_dir, SEED, P4_SYSFS, machine=seed["machine_type"])
     gpu = result["ansible_facts"]["nvidia_gpu"]
     for key in ("driver_version", "cuda_driver_version", "machine_type"):

@@ -38,6 +38,26 @@ PATCH_TYPES = {
 _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def https_request(host, port, context, method, path, token=None, body=None, content_type='application/json',
+                  timeout=30):
+    """One HTTPS request on a fresh connection: (response, raw body bytes). A str body is sent as
+    it is, anything else as JSON."""
+    conn = http.client.HTTPSConnection(host, port, context=context, timeout=timeout)
+    headers = {'Accept': 'application/json'}
+    if token:
+        headers['Authorization'] = 'Bearer %s' % token
+    data = None
+    if body is not None:
+        data = body.encode('utf-8') if isinstance(body, str) else json.dumps(body).encode('utf-8')
+        headers['Content-Type'] = content_type
+    try:
+        conn.request(method, path, body=data, headers=headers)
+        response = conn.getresponse()
+        return response, response.read()
+    finally:
+        conn.close()
+
+
 class EmulatorError(Exception):
     """A control call failed: ``code`` is the HTTP status, ``status`` the Status object (a dict)."""
 
@@ -137,19 +157,9 @@ class Emulator:
     def _call(self, method, path, body=None, content_type='application/json', query=None, what=None):
         """One control call; returns the decoded JSON (or text) answer, raises EmulatorError."""
         parts = urlsplit(self.url)
-        conn = http.client.HTTPSConnection(parts.hostname, parts.port, context=self._context, timeout=60)
-        headers = {'Authorization': 'Bearer %s' % self._control_token, 'Accept': 'application/json'}
-        data = None
-        if body is not None:
-            data = body.encode('utf-8') if isinstance(body, str) else json.dumps(body).encode('utf-8')
-            headers['Content-Type'] = content_type
         target = path + ('?' + urlencode(query) if query else '')
-        try:
-            conn.request(method, target, body=data, headers=headers)
-            response = conn.getresponse()
-            raw = response.read()
-        finally:
-            conn.close()
+        response, raw = https_request(parts.hostname, parts.port, self._context, method, target,
+                                      token=self._control_token, body=body, content_type=content_type, timeout=60)
         if response.getheader('Content-Type', '').startswith('application/json'):
             decoded = json.loads(raw.decode('utf-8')) if raw else None
         else:

@@ -5,7 +5,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import hashlib
 import os
 import re
 import tomllib
@@ -14,6 +13,7 @@ import pytest
 import yaml
 
 import containerd_cases as cases
+from shared_reference import assert_same_as_shared
 from ansible_collections.gpuready.nvidia.plugins.module_utils import containerd_config as engine
 
 CONFIG = "/etc/containerd/config.toml"
@@ -37,12 +37,7 @@ def run(case, config_text, drop_in_text=None, state=None):
 
 
 def test_public_cases_are_byte_identical_to_shared():
-    shared = os.environ.get("GPUREADY_SHARED_DIR")
-    if not shared:
-        pytest.skip("../shared is not beside this checkout")
-    with open(os.path.join(shared, "reference", cases.PUBLIC), "rb") as theirs, \
-            open(os.path.join(cases.FIXTURES, cases.PUBLIC), "rb") as ours:
-        assert hashlib.sha256(theirs.read()).hexdigest() == hashlib.sha256(ours.read()).hexdigest()
+    assert_same_as_shared(os.path.join(cases.FIXTURES, cases.PUBLIC), cases.PUBLIC)
 
 
 @pytest.mark.parametrize("entry", cases.all_cases(), ids=cases.case_id)

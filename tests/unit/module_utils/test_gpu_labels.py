@@ -6,7 +6,6 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import copy
-import hashlib
 import os
 import re
 import time
@@ -14,6 +13,7 @@ import time
 import pytest
 
 import gfd_cases as cases
+from shared_reference import assert_same_as_shared
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuready.nvidia.plugins.filter.gfd_labels import FilterModule as GfdLabelsFilters
@@ -29,12 +29,7 @@ def options_of(case):
 
 
 def test_public_cases_are_byte_identical_to_shared():
-    shared = os.environ.get("GPUREADY_SHARED_DIR")
-    if not shared:
-        pytest.skip("../shared is not beside this checkout")
-    with open(os.path.join(shared, "reference", cases.PUBLIC), "rb") as theirs, \
-            open(os.path.join(cases.FIXTURES, cases.PUBLIC), "rb") as ours:
-        assert hashlib.sha256(theirs.read()).hexdigest() == hashlib.sha256(ours.read()).hexdigest()
+    assert_same_as_shared(os.path.join(cases.FIXTURES, cases.PUBLIC), cases.PUBLIC)
 
 
 def test_every_public_case_is_loaded():
