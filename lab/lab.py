@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -32,16 +33,14 @@ PREFIX = "gpuready-lab-"
 GPU_IMAGE = "localhost/gpuready-lab-gpunode:bookworm"
 GFD_CASES = os.path.join(TESTS, "fixtures", "gfd", "gfd_label_cases.public.json")
 # Kubernetes Node name -> GFD label case, Ansible inventory name, Ansible user (None: root),
-# what a kubelet would report as capacity, and optionally: "containerd" ("1.6", Debian's, the
+# and optionally: "containerd" ("1.6", Debian's, the
 # default; "2": the 2.x binaries bind-mounted over it, with the config version 3 seed) and
 # "default" (False: started only when asked for, `up --nodes ...` or ``Lab(nodes=[...])``).
 NODES = {
-    "gpu-p4": {"case": "seed-4x-tesla-p4-driver-535", "inventory": "p4.lab.internal", "user": None,
-               "cpu": "32", "memory": "263844260Ki"},
-    "gpu-h100": {"case": "dgx-h100-8x-h100-mig-capable-single", "inventory": "h100.lab.internal", "user": "ops",
-                 "cpu": "224", "memory": "2113645304Ki"},
+    "gpu-p4": {"case": "seed-4x-tesla-p4-driver-535", "inventory": "p4.lab.internal", "user": None},
+    "gpu-h100": {"case": "dgx-h100-8x-h100-mig-capable-single", "inventory": "h100.lab.internal", "user": "ops"},
     "gpu-p4-v3": {"case": "seed-4x-tesla-p4-driver-535", "inventory": "p4-v3.lab.internal", "user": None,
-                  "cpu": "32", "memory": "263844260Ki", "containerd": "2", "default": False},
+                  "containerd": "2", "default": False},
 }
 DEFAULT_NODES = [name for name, spec in NODES.items() if spec.get("default", True)]
 # The containerd 2.x node: these binaries replace Debian's 1.6 ones (read-only bind mounts), and
@@ -50,6 +49,23 @@ CONTAINERD_2_BINARIES = ("containerd", "containerd-shim-runc-v2", "ctr")
 CONTAINERD_SEEDS = {"1.6": None, "2": os.path.join(LAB_DIR, "node", "containerd-seed-v3.toml")}
 NVIDIA_MAJOR, UVM_MAJOR = 195, 508  # nvidia-uvm's major is dynamic on a real node
 CRI = ["env", "PYTHONPATH=/opt/lab/pylib", "python3", "/opt/lab/cri.py"]
+IMAGE_ARCHIVES = ("pause.oci.tar", "workload.oci.tar", "device-plugin.oci.tar")
+# What the lab's kubelets may do (kubelet.py), granted to the group of every node identity.
+NODE_RULES = [
+    {"apiGroups": [""], "resources": ["nodes", "nodes/status"], "verbs": ["get", "list", "watch", "create", "patch", "update"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["get", "patch", "update"]},
+    {"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch", "update"]},
+    {"apiGroups": ["node.k8s.io"], "resources": ["runtimeclasses"], "verbs": ["get", "list", "watch"]},
+]
+CONTROLLERS = os.path.join(LAB_DIR, "control", "controllers.py")
+# The lab's controllers manage only the Nodes with this label (every lab node has it, value
+# "true") and skip namespaces labelled FOREIGN_NAMESPACE_LABEL, so that tests sharing the API
+# server can run controllers of their own.
+LAB_NODE_LABEL = "gpuready.lab/node"
+FOREIGN_NAMESPACE_LABEL = "gpuready.lab/foreign-controllers"
 
 
 def _load(name, path):
@@ -128,12 +144,14 @@ class Lab:
         t_start = time.monotonic()
         if any(NODES[name].get("containerd") == "2" for name in self.names):
             self.containerd_2_dir()  # fail before anything starts
-        build = subprocess.run(["bash", os.path.join(LAB_DIR, "build-image.sh")], env=self.env,
+        build = subprocess.run(["bash", os.path.join(LAB_DIR, "build-image.sh")],
+                               env=dict(self.env, LAB_PYTHON=sys.executable),
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, check=False)
         if build.returncode != 0:
             raise LabError("build-image.sh failed:\n" + build.stdout[-4000:])
         self.timings["build_image_s"] = round(time.monotonic() - t_start, 1)
         self._remove_nodes()
+        self._stop_controllers({})  # of an interrupted run
         os.makedirs(self.run_dir, exist_ok=True)
         state = {"nodes": {}, "own_emulator": self.emulator is None}
         if self.emulator is None:
@@ -142,6 +160,8 @@ class Lab:
             with open(os.path.join(self.run_dir, "k8s-api.pid"), "w") as handle:
                 handle.write("%d\n" % self.emulator.process.pid)
             state["emulator_pid"] = self.emulator.process.pid
+        self._grant()
+        state["controllers_pid"] = self._start_controllers()
         harness = _load("lab_fake_nvml_harness", os.path.join(TESTS, "fake_nvml", "harness.py"))
         with open(GFD_CASES) as handle:
             cases = dict((case["name"], case) for case in json.load(handle))
@@ -152,8 +172,6 @@ class Lab:
         for name in self.names:
             self._wait_node(name)
         self.timings["nodes_s"] = round(time.monotonic() - t0, 1)
-        for name in self.names:
-            self._register(name)
         state["kubeconfig"] = os.path.join(self.run_dir, "kubeconfig")
         shutil.copyfile(self.emulator.kubeconfig(), state["kubeconfig"])
         state["inventory"] = self._write_inventory()
@@ -178,6 +196,10 @@ class Lab:
         shutil.copytree(fake["sysfs_root"], os.path.join(tree, "var", "lib", "nvidia-fake", "sys"))
         if os.path.exists(fake["dmi_product_file"]):
             shutil.copyfile(fake["dmi_product_file"], os.path.join(tree, "var", "lib", "nvidia-fake", "product_name"))
+            # also where a pod that mounts hostPath /sys looks for it (lab/control/kubelet.py HOST_PATH_ALIASES)
+            dmi = os.path.join(tree, "var", "lib", "nvidia-fake", "sys", "class", "dmi", "id")
+            os.makedirs(dmi)
+            shutil.copyfile(fake["dmi_product_file"], os.path.join(dmi, "product_name"))
         with open(fake["config"]) as handle:
             count = len(json.load(handle)["devices"])
         lines = ["# Written by lab/lab.py: the device nodes the NVIDIA driver (nvidia-modprobe/udev) would",
@@ -188,6 +210,7 @@ class Lab:
         lines += ["c! /dev/nvidia%d 0666 root root - %d:%d" % (i, NVIDIA_MAJOR, i) for i in range(count)]
         with open(os.path.join(tree, "etc", "tmpfiles.d", "nvidia-fake-devices.conf"), "w") as handle:
             handle.write("\n".join(lines) + "\n")
+        self._kubelet_files(name, tree)
         return tree, count
 
     def _create_node(self, name, case, harness, tmp):
@@ -225,40 +248,70 @@ class Lab:
             out = self.node_exec(container, "ctr", "plugins", "ls", check=False)
             return re.search(r"io\.containerd\.grpc\.v1 +cri +.* ok", out) is not None
 
+        def node_ready():
+            node = self.emulator.get("v1", "Node", name) if self.emulator.exists("v1", "Node", name) else None
+            ready = [c for c in ((node or {}).get("status") or {}).get("conditions", []) if c["type"] == "Ready"]
+            return bool(ready) and ready[0]["status"] == "True"
+
         self._wait("%s to boot" % name, booted)
         self._wait("containerd's CRI plugin in %s" % name, cri_ok)
-        for archive in ("pause.oci.tar", "workload.oci.tar"):
+        for archive in IMAGE_ARCHIVES:
             self.node_exec(container, "ctr", "-n", "k8s.io", "images", "import", "/opt/lab/" + archive)
+        self._wait("the kubelet of %s to register a Ready Node" % name, node_ready)
 
-    def _register(self, name):
-        """Create the Node as a kubelet registers it: Ready, capacity, no nvidia.com/gpu."""
-        spec = NODES[name]
-        version = self.node_exec(self.container(name), "containerd", "--version").split()
-        resources = {"cpu": spec["cpu"], "memory": spec["memory"], "pods": "110",
-                     "ephemeral-storage": "102400000Ki", "hugepages-1Gi": "0", "hugepages-2Mi": "0"}
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        conditions = [{"type": kind, "status": "False", "reason": reason, "lastHeartbeatTime": now,
-                       "lastTransitionTime": now, "message": "kubelet has sufficient resources"}
-                      for kind, reason in (("MemoryPressure", "KubeletHasSufficientMemory"),
-                                           ("DiskPressure", "KubeletHasNoDiskPressure"),
-                                           ("PIDPressure", "KubeletHasSufficientPID"))]
-        conditions.append({"type": "Ready", "status": "True", "reason": "KubeletReady", "lastHeartbeatTime": now,
-                           "lastTransitionTime": now, "message": "kubelet is posting ready status"})
-        node = {"apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": name, "labels": {
-                    "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-                    "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64"}},
-                "spec": {}}
-        if self.emulator.exists("v1", "Node", name):
-            self.emulator.delete("v1", "Node", name)
-        self.emulator.create(node)
-        status = {"capacity": resources, "allocatable": dict(resources), "conditions": conditions,
-                  "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": name}],
-                  "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux",
-                               "osImage": "Debian GNU/Linux 12 (bookworm)", "kubeletVersion": "v1.31.0",
-                               "kubeProxyVersion": "v1.31.0",
-                               "containerRuntimeVersion": "containerd://" + version[2].lstrip("v")}}
-        self.emulator.patch("v1", "Node", name, {"status": status}, subresource="status")
+    def _grant(self):
+        """RBAC for the lab's kubelets (group system:nodes) and controllers (cluster-admin)."""
+        role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": "gpuready-lab:node"}, "rules": NODE_RULES}
+        bindings = [("gpuready-lab:node", "gpuready-lab:node", {"kind": "Group", "name": "system:nodes"}),
+                    ("gpuready-lab:controllers", "cluster-admin",
+                     {"kind": "User", "name": "system:kube-controller-manager"})]
+        objects = [role] + [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                             "metadata": {"name": name},
+                             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": ref},
+                             "subjects": [dict(subject, apiGroup="rbac.authorization.k8s.io")]}
+                            for name, ref, subject in bindings]
+        for obj in objects:
+            if not self.emulator.exists(obj["apiVersion"], obj["kind"], obj["metadata"]["name"]):
+                self.emulator.create(obj)
+
+    def _start_controllers(self):
+        """The simulated control plane (lab/control/controllers.py) on this machine, as its own
+        process: one per API server, so a second lab on a shared emulator uses the first one's
+        (and leaves it running at its own ``down``). Returns the pid when this lab started it."""
+        shared = getattr(self.emulator, "lab_controllers", None)
+        if shared is not None and shared.poll() is None:
+            return None
+        identity = self.emulator.add_identity("system:kube-controller-manager")
+        log_path = os.path.join(self.run_dir, "controllers.log")
+        with open(log_path, "ab") as handle:
+            process = subprocess.Popen([sys.executable, CONTROLLERS, "--kubeconfig", identity.kubeconfig,
+                                        "--node-selector", LAB_NODE_LABEL + "=true",
+                                        "--namespace-selector", "!" + FOREIGN_NAMESPACE_LABEL],
+                                       stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+        self.controllers = self.emulator.lab_controllers = process
+        with open(os.path.join(self.run_dir, "controllers.pid"), "w") as handle:
+            handle.write("%d\n" % process.pid)
+        return process.pid
+
+    def _kubelet_files(self, name, tree):
+        """/etc/kubernetes/kubelet.conf (a token for system:node:NAME), the CA, /etc/default/kubelet."""
+        identity = self.emulator.add_identity("system:node:" + name, groups=["system:nodes"])
+        os.makedirs(os.path.join(tree, "etc", "kubernetes", "pki"))
+        os.makedirs(os.path.join(tree, "etc", "default"), exist_ok=True)
+        shutil.copyfile(self.emulator.ca_cert, os.path.join(tree, "etc", "kubernetes", "pki", "ca.crt"))
+        config = {"apiVersion": "v1", "kind": "Config", "current-context": "kubelet",
+                  "clusters": [{"name": "lab", "cluster": {"server": self.emulator.url,
+                                                           "certificate-authority": "/etc/kubernetes/pki/ca.crt"}}],
+                  "users": [{"name": "kubelet", "user": {"token": identity.token}}],
+                  "contexts": [{"name": "kubelet", "context": {"cluster": "lab", "user": "kubelet"}}]}
+        with open(os.path.join(tree, "etc", "kubernetes", "kubelet.conf"), "w") as handle:
+            json.dump(config, handle, indent=1)
+        os.chmod(os.path.join(tree, "etc", "kubernetes", "kubelet.conf"), 0o600)
+        with open(os.path.join(tree, "etc", "default", "kubelet"), "w") as handle:
+            # Host network: every node's kubelet shares the machine's ports, so each gets a free one.
+            handle.write("KUBELET_NODE_NAME=%s\nKUBELET_PORT=%d\nKUBELET_NODE_LABELS=%s=true\n"
+                         % (name, _free_port(), LAB_NODE_LABEL))
 
     def _write_inventory(self):
         path = os.path.join(self.run_dir, "inventory.yml")
@@ -302,6 +355,22 @@ class Lab:
             self.podman("volume", "rm", "-f", volume, check=False)
         return found
 
+    def _stop_controllers(self, state):
+        """Stops the controllers this lab started (state or pid file); returns their pid."""
+        pid = state.get("controllers_pid")
+        pid_file = os.path.join(self.run_dir, "controllers.pid")
+        if pid is None and not state and os.path.exists(pid_file):
+            with open(pid_file) as handle:
+                pid = int(handle.read().strip())
+        if pid and _alive(pid) and _is_controllers(pid):
+            os.kill(pid, signal.SIGTERM)
+        process = getattr(self, "controllers", None)
+        if process is not None and process.pid == pid:
+            process.wait(10)  # started by this process: reap it
+            if getattr(self.emulator, "lab_controllers", None) is process:
+                self.emulator.lab_controllers = None
+        return pid
+
     def down(self, wait_s=15):
         """Remove nodes, volumes, Node objects and the lab's own emulator; returns the problems left."""
         t0 = time.monotonic()
@@ -310,14 +379,18 @@ class Lab:
         if os.path.exists(self.state_path):
             with open(self.state_path) as handle:
                 state = json.load(handle)
-        if self.emulator is not None:
-            for name in state.get("nodes", self.names):
-                if self.emulator.exists("v1", "Node", name):
-                    self.emulator.delete("v1", "Node", name)
+        controllers_pid = self._stop_controllers(state)
         if not os.path.exists(os.path.join(self.cache, "etc", "containers.conf")):
             removed = []
         else:
             removed = self._remove_nodes()
+        if self.emulator is not None:
+            # After the nodes are gone, so that no kubelet registers its Node again.
+            for name in state.get("nodes", self.names):
+                if self.emulator.exists("v1", "Node", name):
+                    self.emulator.delete("v1", "Node", name)
+                for pod in self.emulator.list("v1", "Pod", namespace=None, field_selector="spec.nodeName=" + name):
+                    self.emulator.delete("v1", "Pod", pod["metadata"]["name"], namespace=pod["metadata"]["namespace"])
         pid_file = os.path.join(self.run_dir, "k8s-api.pid")
         emulator_pid = None
         if os.path.exists(pid_file):
@@ -348,11 +421,14 @@ class Lab:
                 problems.append("defunct conmon(s) left: %s" % new_zombies)
             if emulator_pid and _alive(emulator_pid) and _is_emulator(emulator_pid):
                 problems.append("API emulator (pid %d) still running" % emulator_pid)
+            if controllers_pid and _alive(controllers_pid) and _is_controllers(controllers_pid):
+                problems.append("controllers (pid %d) still running" % controllers_pid)
             if not problems or time.monotonic() > deadline:
                 break
             time.sleep(0.25)
         if not problems:
-            for path in (self.state_path, pid_file, os.path.join(self.run_dir, "inventory.yml"),
+            for path in (self.state_path, pid_file, os.path.join(self.run_dir, "controllers.pid"),
+                         os.path.join(self.run_dir, "inventory.yml"),
                          os.path.join(self.run_dir, "kubeconfig")):
                 if os.path.exists(path):
                     os.unlink(path)
@@ -396,10 +472,24 @@ def _readlink(path):
         return None
 
 
+def _free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def _alive(pid):
     try:
         with open("/proc/%d/stat" % pid) as handle:
             return handle.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _is_controllers(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as handle:
+            return CONTROLLERS.encode() in handle.read()
     except OSError:
         return False
 

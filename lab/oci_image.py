@@ -1,6 +1,10 @@
 """Write a single-layer OCI image archive (what `ctr images import` reads) from a directory.
 
-Usage: oci_image.py ROOTFS_DIR OUT.tar IMAGE_REF [--entrypoint ARG ...]
+Usage: oci_image.py ROOTFS_DIR OUT.tar IMAGE_REF[,IMAGE_REF...] [--entrypoint ARG ...] [--cmd ARG ...]
+                    [--env K=V ...]
+
+Several references (comma-separated) name the same image, as tags do: `ctr images import`
+creates one image per name.
 
 The archive holds oci-layout, index.json and blobs/sha256/{layer,config,manifest}.
 The layer is an uncompressed tar, so its digest is also its diff_id. Timestamps,
@@ -54,8 +58,9 @@ def main():
     ap.add_argument("rootfs")
     ap.add_argument("out")
     ap.add_argument(
-        "ref", help="full image reference, e.g. localhost/gpuready-lab/pause:1"
+        "ref", help="full image reference(s), e.g. localhost/gpuready-lab/pause:1"
     )
+    ap.add_argument("--env", action="append", default=[])
     ap.add_argument("--entrypoint", nargs="*", default=[])
     ap.add_argument("--cmd", nargs="*", default=[])
     args = ap.parse_args()
@@ -68,7 +73,7 @@ def main():
         "config": {
             "Env": [
                 "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-            ],
+            ] + args.env,
             "WorkingDir": "/",
         },
         "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
@@ -100,7 +105,7 @@ def main():
     manifest_digest, manifest_bytes = blob(
         json.dumps(manifest, sort_keys=True).encode()
     )
-    tag = args.ref.rsplit(":", 1)[1] if ":" in args.ref.rsplit("/", 1)[-1] else "latest"
+    refs = args.ref.split(",")
     index = {
         "schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.index.v1+json",
@@ -112,10 +117,12 @@ def main():
                 "platform": {"architecture": "amd64", "os": "linux"},
                 "annotations": {
                     # ctr import names the image after this annotation
-                    "io.containerd.image.name": args.ref,
-                    "org.opencontainers.image.ref.name": tag,
+                    "io.containerd.image.name": ref,
+                    "org.opencontainers.image.ref.name": ref.rsplit(":", 1)[1]
+                    if ":" in ref.rsplit("/", 1)[-1] else "latest",
                 },
             }
+            for ref in refs
         ],
     }
     tmp = args.out + ".tmp"

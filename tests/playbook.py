@@ -12,28 +12,36 @@ import subprocess
 import sys
 
 
-def run_tasks(workdir, tasks, timeout=900, python=sys.executable):
-    """Run tasks on localhost with python as the node's interpreter; returns (completed process,
-    {register name: result})."""
+def run_tasks(workdir, tasks, timeout=900, python=sys.executable, inventory=None, hosts="localhost", env=None):
+    """Run tasks on localhost with python as the node's interpreter, or on ``hosts`` (one host) of
+    ``inventory`` (e.g. the lab's, with ``env`` carrying its podman settings); returns (completed
+    process, {register name: result})."""
     names = [t["register"] for t in tasks if "register" in t]
     results = os.path.join(workdir, "results.json")
     saved = ", ".join("%s: (%s | default({'skipped_by_play': true}))" % (json.dumps(n), n) for n in names)
     play = [{
         "name": "gpuready.nvidia test play",
-        "hosts": "localhost",
+        "hosts": hosts,
         "gather_facts": False,
         "tasks": tasks + [{
             "name": "Save what the tasks registered",
             "ansible.builtin.copy": {"dest": results, "content": "{{ {%s} | to_json }}" % saved, "mode": "0600"},
+            "delegate_to": "localhost",
         }],
     }]
     playbook = os.path.join(workdir, "play.yml")
     with open(playbook, "w") as handle:
         json.dump(play, handle, indent=1)  # JSON is YAML
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_LOCAL_TEMP=os.path.join(workdir, ".ansible-local"),
-               ANSIBLE_REMOTE_TEMP=os.path.join(workdir, ".ansible-remote"), ANSIBLE_RETRY_FILES_ENABLED="0")
-    cmd = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,", "-c", "local",
-           "-e", "ansible_python_interpreter=%s" % python, "--diff", playbook]
+    env = dict(os.environ, **(env or {}))
+    env.update(ANSIBLE_NOCOLOR="1", ANSIBLE_LOCAL_TEMP=os.path.join(workdir, ".ansible-local"),
+               ANSIBLE_RETRY_FILES_ENABLED="0")
+    if inventory is None:
+        env["ANSIBLE_REMOTE_TEMP"] = os.path.join(workdir, ".ansible-remote")
+    cmd = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "--diff", playbook]
+    if inventory is None:
+        cmd += ["-i", "localhost,", "-c", "local", "-e", "ansible_python_interpreter=%s" % python]
+    else:
+        cmd += ["-i", inventory]
     proc = subprocess.run(cmd, env=env, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           universal_newlines=True, timeout=timeout, check=False)
     if not os.path.exists(results):

@@ -129,7 +129,8 @@ def _pci_class(value, field):
 def _mig_device(raw, field):
     _need(isinstance(raw, dict), field, "a dict, got %r" % (type(raw).__name__,))
     mig = {"profile": _check_str(raw.get("profile"), field + ".profile"),
-           "memory_mb": _check_int(raw.get("memory_mb", 0), field + ".memory_mb")}
+           "memory_mb": _check_int(raw.get("memory_mb", 0), field + ".memory_mb"),
+           "uuid": _check_str(raw.get("uuid"), field + ".uuid", optional=True)}
     for _label, key in MIG_ATTRIBUTE_LABELS:
         mig[key] = _check_int(raw.get(key, 0), "%s.%s" % (field, key))
     return mig
@@ -148,6 +149,7 @@ def _device(raw, field):
     _need(fabric is None or isinstance(fabric, dict), field + ".fabric", "a dict or null, got %r" % (fabric,))
     device = {
         "name": _check_str(raw.get("name"), field + ".name"),
+        "uuid": _check_str(raw.get("uuid"), field + ".uuid", optional=True),
         "memory_mib": _check_int(raw.get("memory_mib") or 0, field + ".memory_mib"),
         "compute_capability": tuple(capability),
         "mig_capable": _check_bool(raw.get("mig_capable", False), field + ".mig_capable"),
@@ -417,8 +419,10 @@ def gfd_labels(facts, mig_strategy="none", sharing=None, timestamp=False):
 # --- device plugin --------------------------------------------------------------------------
 
 
-def expected_node_resources(facts, mig_strategy="none", sharing=None):
-    """What the device plugin v0.20.0 advertises for these facts: dict resource name -> count.
+def plugin_devices(facts, mig_strategy="none", sharing=None):
+    """The devices the device plugin v0.20.0 advertises: dict resource name -> list of device IDs
+    (the GPU or MIG UUID; with replicas ``<uuid>::<n>``). Devices without a UUID in the facts get
+    ``GPU-<index>`` / ``MIG-<index>-<slot>``.
 
     Raises LabelError with the plugin's reason where it refuses to start (invalid MIG single
     configuration, MPS with MIG) and for malformed input."""
@@ -430,32 +434,33 @@ def expected_node_resources(facts, mig_strategy="none", sharing=None):
             raise LabelError("MPS sharing is not supported with mig-strategy=mixed")
         if any(d["mig_enabled"] for d in devices):
             raise LabelError(PLUGIN_MPS_ON_MIG_ERROR)
-    physical = {}
-    if mig_strategy == "none":
-        if devices:
-            physical[GPU_RESOURCE] = len(devices)
-    elif mig_strategy == "single":
+    if mig_strategy == "single":
         reason = _invalid_single_reason(devices)
         if reason:
             raise LabelError(PLUGIN_REFUSES_SINGLE + ": " + reason)
-        if any(d["mig_enabled"] for d in devices):
-            physical[GPU_RESOURCE] = sum(len(d["mig_devices"]) for d in devices)
-        elif devices:
-            physical[GPU_RESOURCE] = len(devices)
-    else:
-        full = [d for d in devices if not d["mig_enabled"]]
-        if full:
-            physical[GPU_RESOURCE] = len(full)
-        for device in devices:
-            if not device["mig_enabled"]:
-                continue
-            for mig in device["mig_devices"]:
-                if SUBSLICED_PROFILE_RE.match(mig["profile"]):
-                    continue
-                name = PREFIX + mig_resource_name(mig["profile"])
-                physical[name] = physical.get(name, 0) + 1
+    physical = {}
+    for index, device in enumerate(devices):
+        gpu_id = device["uuid"] or "GPU-%d" % index
+        if mig_strategy == "none" or not device["mig_enabled"]:
+            physical.setdefault(GPU_RESOURCE, []).append(gpu_id)
+            continue
+        for slot, mig in enumerate(device["mig_devices"]):
+            mig_id = mig["uuid"] or "MIG-%d-%d" % (index, slot)
+            if mig_strategy == "single":
+                physical.setdefault(GPU_RESOURCE, []).append(mig_id)
+            elif not SUBSLICED_PROFILE_RE.match(mig["profile"]):
+                physical.setdefault(PREFIX + mig_resource_name(mig["profile"]), []).append(mig_id)
     resources = {}
-    for name, count in physical.items():
+    for name, ids in physical.items():
         advertised = name + ".shared" if sharing.renamed(name) else name
-        resources[advertised] = count * sharing.replicas_for(name)
+        replicas = sharing.replicas_for(name)
+        if replicas > 1:
+            ids = ["%s::%d" % (device_id, n) for device_id in ids for n in range(replicas)]
+        resources[advertised] = ids
     return resources
+
+
+def expected_node_resources(facts, mig_strategy="none", sharing=None):
+    """What the device plugin v0.20.0 advertises for these facts: dict resource name -> count
+    (see plugin_devices)."""
+    return dict((name, len(ids)) for name, ids in plugin_devices(facts, mig_strategy, sharing).items())

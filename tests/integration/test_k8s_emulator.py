@@ -14,6 +14,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import http.client
+import http.server
 import json
 import os
 import ssl
@@ -543,6 +544,242 @@ def test_pod_log_comes_from_the_control_api(emu, core):
     with pytest.raises(ApiException) as missing:
         core.read_namespaced_pod_log('nope', ns)
     assert missing.value.status == 404
+
+
+class FakeKubelet:
+    """A kubelet stand-in: plain HTTP on 127.0.0.1, records the paths asked for, answers `reply`."""
+
+    def __init__(self):
+        kubelet = self
+        self.paths = []
+        self.reply = (200, '')
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # pylint: disable=invalid-name
+                kubelet.paths.append(self.path)
+                code, text = kubelet.reply
+                data = text.encode('utf-8')
+                self.send_response(code)
+                self.send_header('Content-Type', 'text/plain')
+                self.send_header('Content-Length', str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format, *args):  # pylint: disable=redefined-builtin
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+
+
+@pytest.fixture
+def kubelet():
+    stand_in = FakeKubelet()
+    yield stand_in
+    stand_in.stop()
+
+
+def test_pod_log_is_proxied_to_the_kubelet_of_the_pods_node(emu, core, kubelet):
+    ns = namespace(emu, 'kubelet-logs')
+    emu.create(node('kubelet-n1', status={'addresses': [{'type': 'Hostname', 'address': 'kubelet-n1'},
+                                                        {'type': 'InternalIP', 'address': '127.0.0.1'}],
+                                          'daemonEndpoints': {'kubeletEndpoint': {'Port': kubelet.port}}}))
+    emu.create(node('kubelet-n2'))  # publishes no kubelet port
+    for name, node_name, containers in (('one', 'kubelet-n1', ['c']), ('two', 'kubelet-n1', ['a', 'b']),
+                                        ('stored', 'kubelet-n2', ['c'])):
+        core.create_namespaced_pod(ns, {'metadata': {'name': name}, 'spec': {
+            'nodeName': node_name, 'initContainers': [{'name': 'init', 'image': 'busybox'}],
+            'containers': [{'name': c, 'image': 'busybox'} for c in containers]}})
+    emu.set_pod_log(ns, 'one', 'not what the kubelet says\n')
+
+    kubelet.reply = (200, 'from the kubelet 1\nfrom the kubelet 2\n')
+    assert core.read_namespaced_pod_log('one', ns) == 'from the kubelet 1\nfrom the kubelet 2\n'
+    core.read_namespaced_pod_log('one', ns, tail_lines=5, previous=True, timestamps=False)
+    assert core.read_namespaced_pod_log('two', ns, container='b') == 'from the kubelet 1\nfrom the kubelet 2\n'
+    assert kubelet.paths == ['/containerLogs/%s/one/c' % ns, '/containerLogs/%s/one/c?tailLines=5&previous=true' % ns,
+                             '/containerLogs/%s/two/b' % ns]
+
+    kubelet.reply = (400, 'previous terminated container "c" in pod "one" not found\n')
+    failures = [
+        (lambda: core.read_namespaced_pod_log('one', ns, previous=True),
+         (400, 'BadRequest', 'previous terminated container "c" in pod "one" not found')),
+        (lambda: core.read_namespaced_pod_log('two', ns),
+         (400, 'BadRequest', 'a container name must be specified for pod two, choose one of: [init a b]')),
+        (lambda: core.read_namespaced_pod_log('two', ns, container='nope'),
+         (400, 'BadRequest', 'container nope is not valid for pod two')),
+        (lambda: core.read_namespaced_pod_log('ghost', ns), (404, 'NotFound', 'pods "ghost" not found')),
+    ]
+    for call, expected in failures:
+        with pytest.raises(ApiException) as failed:
+            call()
+        status = status_of(failed.value)
+        assert (failed.value.status, status['reason'], status['message']) == expected
+    assert len(kubelet.paths) == 4  # only the first failure reached the kubelet
+
+    kubelet.stop()
+    with pytest.raises(ApiException) as down:
+        core.read_namespaced_pod_log('one', ns)
+    status = status_of(down.value)
+    assert (down.value.status, status['reason'], status['message']) == (
+        500, 'InternalError', 'Get "http://127.0.0.1:%d/containerLogs/%s/one/c": dial tcp 127.0.0.1:%d: connect: '
+                              'connection refused' % (kubelet.port, ns, kubelet.port))
+
+    # Without a kubelet port on its node, a pod's log is still what the control API set.
+    emu.set_pod_log(ns, 'stored', 'stored 1\nstored 2\n')
+    assert core.read_namespaced_pod_log('stored', ns, tail_lines=1) == 'stored 2\n'
+
+
+def test_pod_binding_assigns_the_node_once_and_needs_rbac(emu, core):
+    ns = namespace(emu, 'binding')
+    for name in ('unbound', 'second', 'third'):
+        core.create_namespaced_pod(ns, {'metadata': {'name': name},
+                                        'spec': {'containers': [{'name': 'c', 'image': 'busybox'}]}})
+    start = core.list_namespaced_pod(ns).metadata.resource_version
+
+    def binding(name, node_name='bind-n1'):
+        return {'apiVersion': 'v1', 'kind': 'Binding', 'metadata': {'name': name},
+                'target': {'apiVersion': 'v1', 'kind': 'Node', 'name': node_name}}
+
+    # The official client cannot read the Success Status as a V1Binding, so schedulers skip decoding.
+    answer = core.create_namespaced_pod_binding('unbound', ns, binding('unbound'), _preload_content=False)
+    assert (answer.status, json.loads(answer.data)) == (201, {'kind': 'Status', 'apiVersion': 'v1', 'metadata': {},
+                                                              'status': 'Success', 'code': 201})
+    pod = core.read_namespaced_pod('unbound', ns)
+    assert pod.spec.node_name == 'bind-n1' and int(pod.metadata.resource_version) > int(start)
+    assert [(c.type, c.status) for c in pod.status.conditions] == [('PodScheduled', 'True')]
+    stream = watch.Watch()
+    for event in stream.stream(core.list_namespaced_pod, ns, resource_version=start, timeout_seconds=5):
+        assert (event['type'], event['object'].metadata.name, event['object'].spec.node_name) == (
+            'MODIFIED', 'unbound', 'bind-n1')
+        stream.stop()
+
+    failures = [
+        (lambda: core.create_namespaced_pod_binding('unbound', ns, binding('unbound', 'bind-n2')),
+         (409, 'Conflict', 'Operation cannot be fulfilled on pods "unbound": pod unbound is already assigned to node '
+                           '"bind-n1"')),
+        (lambda: core.create_namespaced_pod_binding('ghost', ns, binding('ghost')),
+         (404, 'NotFound', 'pods "ghost" not found')),
+        (lambda: core.create_namespaced_pod_binding('third', ns, dict(binding('third'), target={'kind': 'Node'})),
+         (422, 'Invalid', 'Binding "third" is invalid: target.name: Required value')),
+    ]
+    for call, expected in failures:
+        with pytest.raises(ApiException) as failed:
+            call()
+        status = status_of(failed.value)
+        assert (failed.value.status, status['reason'], status['message']) == expected
+    assert core.read_namespaced_pod('unbound', ns).spec.node_name == 'bind-n1'
+    assert core.read_namespaced_pod('third', ns).spec.node_name is None
+
+    binder = k8s.CoreV1Api(api_client(emu.add_identity('test-binder').kubeconfig))
+    with pytest.raises(ApiException) as denied:
+        binder.create_namespaced_pod_binding('second', ns, binding('second'))
+    assert (denied.value.status, status_of(denied.value)['message']) == (
+        403, 'pods "second" is forbidden: User "test-binder" cannot create resource "pods/binding" in API group "" '
+             'in the namespace "binding"')
+    emu.create({'apiVersion': 'rbac.authorization.k8s.io/v1', 'kind': 'ClusterRole',
+                'metadata': {'name': 'test-binder'},
+                'rules': [{'apiGroups': [''], 'resources': ['pods/binding'], 'verbs': ['create']}]})
+    emu.create({'apiVersion': 'rbac.authorization.k8s.io/v1', 'kind': 'ClusterRoleBinding',
+                'metadata': {'name': 'test-binder'},
+                'roleRef': {'apiGroup': 'rbac.authorization.k8s.io', 'kind': 'ClusterRole', 'name': 'test-binder'},
+                'subjects': [{'apiGroup': 'rbac.authorization.k8s.io', 'kind': 'User', 'name': 'test-binder'}]})
+    assert binder.create_namespaced_pod_binding('second', ns, binding('second', 'bind-n2'),
+                                                _preload_content=False).status == 201
+    assert core.read_namespaced_pod('second', ns).spec.node_name == 'bind-n2'
+
+    code, discovery = raw(emu, 'GET', '/api/v1', token=admin_token(emu))
+    entry = next(r for r in discovery['resources'] if r['name'] == 'pods/binding')
+    assert code == 200 and (entry['kind'], entry['verbs'], entry['namespaced']) == ('Binding', ['create'], True)
+
+
+def test_token_request_tokens_authenticate_as_the_service_account(emu, core):
+    ns = namespace(emu, 'sa-tokens')
+    account = core.create_namespaced_service_account(ns, {'metadata': {'name': 'agent'}})
+    core.create_namespaced_config_map(ns, {'metadata': {'name': 'agent-settings'}})
+    emu.create({'apiVersion': 'rbac.authorization.k8s.io/v1', 'kind': 'Role',
+                'metadata': {'name': 'agent', 'namespace': ns},
+                'rules': [{'apiGroups': [''], 'resources': ['configmaps'], 'verbs': ['get']}]})
+    emu.create({'apiVersion': 'rbac.authorization.k8s.io/v1', 'kind': 'RoleBinding',
+                'metadata': {'name': 'agent', 'namespace': ns},
+                'roleRef': {'apiGroup': 'rbac.authorization.k8s.io', 'kind': 'Role', 'name': 'agent'},
+                'subjects': [{'kind': 'ServiceAccount', 'name': 'agent', 'namespace': ns}]})
+    core.create_namespaced_pod(ns, {'metadata': {'name': 'agent-pod'}, 'spec': {
+        'serviceAccountName': 'agent', 'containers': [{'name': 'c', 'image': 'busybox'}]}})
+    pod_uid = core.read_namespaced_pod('agent-pod', ns).metadata.uid
+
+    before = time.time()
+    first = core.create_namespaced_service_account_token('agent', ns, {
+        'apiVersion': 'authentication.k8s.io/v1', 'kind': 'TokenRequest',
+        'spec': {'audiences': ['https://kubernetes.default.svc.cluster.local'], 'expirationSeconds': 7200}})
+    second = core.create_namespaced_service_account_token('agent', ns, {'spec': {}})
+    bound = core.create_namespaced_service_account_token('agent', ns, {'spec': {'boundObjectRef': {
+        'apiVersion': 'v1', 'kind': 'Pod', 'name': 'agent-pod', 'uid': pod_uid}}})
+    assert (first.metadata.name, first.metadata.namespace, first.spec.expiration_seconds) == ('agent', ns, 7200)
+    assert second.spec.expiration_seconds == 3600 and second.spec.audiences
+    assert before + 7200 - 5 <= first.status.expiration_timestamp.timestamp() <= time.time() + 7200 + 5
+    tokens = [t.status.token for t in (first, second, bound)]
+    assert len(set(tokens)) == 3
+
+    user = 'system:serviceaccount:%s:agent' % ns
+    for token in tokens:  # all valid at once
+        code, cm = raw(emu, 'GET', '/api/v1/namespaces/%s/configmaps/agent-settings' % ns, token=token)
+        assert (code, cm['metadata']['name']) == (200, 'agent-settings')
+        code, review = raw(emu, 'POST', '/apis/authentication.k8s.io/v1/selfsubjectreviews', token=token,
+                           body={'apiVersion': 'authentication.k8s.io/v1', 'kind': 'SelfSubjectReview'})
+        info = review['status']['userInfo']
+        assert (code, info['username'], info['uid'], info['groups']) == (
+            201, user, account.metadata.uid,
+            ['system:serviceaccounts', 'system:serviceaccounts:%s' % ns, 'system:authenticated'])
+    assert info['extra']['authentication.kubernetes.io/pod-name'] == ['agent-pod']  # the bound token's
+    # The official client with a token: RBAC still applies to the service account.
+    config = k8s.Configuration(host=emu.url, api_key={'authorization': tokens[0]},
+                               api_key_prefix={'authorization': 'Bearer'})
+    config.ssl_ca_cert = emu.ca_cert
+    as_agent = k8s.CoreV1Api(k8s.ApiClient(config))
+    assert as_agent.read_namespaced_config_map('agent-settings', ns).metadata.name == 'agent-settings'
+    with pytest.raises(ApiException) as denied:
+        as_agent.list_namespaced_config_map(ns)
+    assert (denied.value.status, status_of(denied.value)['message']) == (
+        403, 'configmaps is forbidden: User "%s" cannot list resource "configmaps" in API group "" in the namespace '
+             '"%s"' % (user, ns))
+
+    failures = [
+        (lambda: core.create_namespaced_service_account_token('ghost', ns, {'spec': {}}),
+         (404, 'NotFound', 'serviceaccounts "ghost" not found')),
+        (lambda: core.create_namespaced_service_account_token('agent', ns, {'spec': {'expirationSeconds': 60}}),
+         (422, 'Invalid', 'TokenRequest.authentication.k8s.io "" is invalid: spec.expirationSeconds: Invalid value: '
+                          '60: may not specify a duration less than 10 minutes')),
+        (lambda: k8s.CoreV1Api(api_client(emu.add_identity('test-no-tokens').kubeconfig))
+         .create_namespaced_service_account_token('agent', ns, {'spec': {}}),
+         (403, 'Forbidden', 'serviceaccounts "agent" is forbidden: User "test-no-tokens" cannot create resource '
+                            '"serviceaccounts/token" in API group "" in the namespace "%s"' % ns)),
+    ]
+    for call, expected in failures:
+        with pytest.raises(ApiException) as failed:
+            call()
+        status = status_of(failed.value)
+        assert (failed.value.status, status['reason'], status['message']) == expected
+
+    code, discovery = raw(emu, 'GET', '/api/v1', token=tokens[0])  # discovery: open to every user
+    entry = next(r for r in discovery['resources'] if r['name'] == 'serviceaccounts/token')
+    assert code == 200 and (entry['group'], entry['kind'], entry['verbs']) == (
+        'authentication.k8s.io', 'TokenRequest', ['create'])
+
+    # A bound token ends with its pod; all of them end with the service account.
+    core.delete_namespaced_pod('agent-pod', ns)
+    path = '/api/v1/namespaces/%s/configmaps/agent-settings' % ns
+    assert [raw(emu, 'GET', path, token=t)[0] for t in tokens] == [200, 200, 401]
+    core.delete_namespaced_service_account('agent', ns)
+    assert [raw(emu, 'GET', path, token=t)[0] for t in tokens] == [401, 401, 401]
+    core.create_namespaced_service_account(ns, {'metadata': {'name': 'agent'}})  # a new uid: still 401
+    assert raw(emu, 'GET', path, token=tokens[0])[0] == 401
 
 
 def test_server_side_apply_is_create_or_merge(emu, admin):

@@ -63,14 +63,17 @@ def conflict(rtype, name, why='the object has been modified; please apply your c
                     details=_details(rtype, name))
 
 
-def invalid(rtype, name, causes):
-    """422 with one cause per (field, message) pair, e.g. ('metadata.name', 'Invalid value: "A": ...')."""
+def invalid(rtype, name, causes, kind=None, group=''):
+    """422 with one cause per (field, message) pair, e.g. ('metadata.name', 'Invalid value: "A": ...').
+    kind and group name the body's type where it is not rtype's (a Binding, a TokenRequest)."""
     text = ', '.join('%s: %s' % (field, msg) for field, msg in causes)
-    details = {'name': name or '', 'kind': rtype.kind,
+    group = group if kind else rtype.group
+    details = {'name': name or '', 'kind': kind or rtype.kind,
                'causes': [{'reason': _cause_reason(msg), 'message': msg, 'field': field} for field, msg in causes]}
-    if rtype.group:
-        details['group'] = rtype.group
-    return ApiError(422, '%s "%s" is invalid: %s' % (rtype.kind, name or '', text), details=details)
+    if group:
+        details['group'] = group
+    what = ('%s.%s' % (kind, group) if group else kind) if kind else rtype.kind
+    return ApiError(422, '%s "%s" is invalid: %s' % (what, name or '', text), details=details)
 
 
 def _cause_reason(message):
@@ -78,6 +81,8 @@ def _cause_reason(message):
         return 'FieldValueRequired'
     if message.startswith('Forbidden'):
         return 'FieldValueForbidden'
+    if message.startswith('Unsupported value'):
+        return 'FieldValueNotSupported'
     return 'FieldValueInvalid'
 
 

@@ -16,7 +16,11 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 FULL_VERBS = ('create', 'delete', 'deletecollection', 'get', 'list', 'patch', 'update', 'watch')
-SUBRESOURCE_VERBS = {'status': ('get', 'patch', 'update'), 'log': ('get',)}
+SUBRESOURCE_VERBS = {'status': ('get', 'patch', 'update'), 'log': ('get',), 'binding': ('create',),
+                     'token': ('create',)}
+# Subresources whose body is of another kind than their resource (discovery names it, as the real server does).
+SUBRESOURCE_KINDS = {'binding': {'kind': 'Binding'},
+                     'token': {'group': 'authentication.k8s.io', 'version': 'v1', 'kind': 'TokenRequest'}}
 
 # Field selectors every resource supports (k8s.io/apiserver DefaultClusterScopedAttr / DefaultNamespaceScopedAttr).
 COMMON_FIELD_LABELS = ('metadata.name', 'metadata.namespace')
@@ -84,8 +88,10 @@ class ResourceType:
             entry['categories'] = list(self.categories)
         entries = [entry]
         for sub in self.subresources:
-            entries.append({'name': '%s/%s' % (self.resource, sub), 'singularName': '', 'namespaced': self.namespaced,
-                            'kind': self.kind, 'verbs': list(SUBRESOURCE_VERBS[sub])})
+            sub_entry = {'name': '%s/%s' % (self.resource, sub), 'singularName': '', 'namespaced': self.namespaced,
+                         'kind': self.kind, 'verbs': list(SUBRESOURCE_VERBS[sub])}
+            sub_entry.update(SUBRESOURCE_KINDS.get(sub, {}))
+            entries.append(sub_entry)
         return entries
 
     def __repr__(self):
@@ -107,13 +113,13 @@ RESOURCES = (
     ResourceType('', 'v1', 'nodes', 'Node', False, 'node', ('no',), subresources=('status',),
                  status_on_create='keep', field_labels=('spec.unschedulable',),
                  field_defaults={'spec.unschedulable': 'false'}),
-    ResourceType('', 'v1', 'pods', 'Pod', True, 'pod', ('po',), ('all',), subresources=('status', 'log'),
+    ResourceType('', 'v1', 'pods', 'Pod', True, 'pod', ('po',), ('all',), subresources=('status', 'log', 'binding'),
                  status_on_create='pod', field_labels=_POD_FIELDS, field_defaults={'spec.hostNetwork': 'false'},
                  delete_returns_object=True),
     ResourceType('', 'v1', 'configmaps', 'ConfigMap', True, 'configmap', ('cm',)),
     ResourceType('', 'v1', 'secrets', 'Secret', True, 'secret', field_labels=('type',)),
     ResourceType('', 'v1', 'serviceaccounts', 'ServiceAccount', True, 'serviceaccount', ('sa',),
-                 delete_returns_object=True),
+                 subresources=('token',), delete_returns_object=True),
     ResourceType('', 'v1', 'services', 'Service', True, 'service', ('svc',), ('all',), subresources=('status',),
                  status_on_create={'loadBalancer': {}}, name_rule='dns1035', delete_returns_object=True),
     ResourceType('', 'v1', 'events', 'Event', True, 'event', ('ev',), field_labels=_EVENT_FIELDS),

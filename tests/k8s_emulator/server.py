@@ -14,6 +14,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import hmac
+import http.client
 import itertools
 import json
 import os
@@ -27,13 +28,15 @@ import threading
 import time
 import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 from . import errors
 from .errors import ApiError
 from .rbac import Authorizer
+from .resources import SUBRESOURCE_VERBS
 from .selectors import FieldSelector, LabelSelector
 from .store import APPLY_PATCH, PATCH_TYPES, Expired, MERGE_PATCH, deep_copy
+from .tokens import ServiceAccountTokens
 
 VERSION_INFO = {
     'major': '1', 'minor': '31', 'gitVersion': 'v1.31.0', 'gitCommit': '9befc2b8928a9426501d3bf62f72849d5cbcd5a3',
@@ -44,14 +47,20 @@ PUBLIC_PATHS = ('/version', '/version/', '/healthz', '/livez', '/readyz')  # sys
 BODY_TYPES = ('application/json', 'application/yaml')
 DEFAULT_WATCH_TIMEOUT = 1800  # the real server picks 30-60 minutes when the client gives none
 _SAFE_NAME = re.compile(r'[^A-Za-z0-9._-]')
+KUBELET_TIMEOUT = 10
+# pods/log options the real server passes on to the kubelet (follow is not: answers are not streamed).
+KUBELET_LOG_PARAMS = ('tailLines', 'previous', 'timestamps', 'sinceSeconds', 'sinceTime', 'limitBytes')
 
 
 class Principal:
-    """An authenticated user: name and groups (system:authenticated included)."""
+    """An authenticated user: name, groups (system:authenticated included), and for service account
+    tokens the uid and extra the real authenticator adds."""
 
-    def __init__(self, name, groups):
+    def __init__(self, name, groups, uid=None, extra=None):
         self.name = name
         self.groups = tuple(groups) + (() if 'system:authenticated' in groups else ('system:authenticated',))
+        self.uid = uid
+        self.extra = extra
 
 
 ANONYMOUS = Principal('system:anonymous', ('system:unauthenticated',))
@@ -257,6 +266,7 @@ class ApiServer:
         self.admin = admin
         self.verbose = verbose
         self.authorizer = Authorizer(store)
+        self.tokens = ServiceAccountTokens(store)
         self.faults = Faults()
         self.log = RequestLog()
         self.stopping = threading.Event()
@@ -400,11 +410,11 @@ class ApiServer:
                 verb = 'deletecollection'
             elif method != 'POST' or (rtype.namespaced and not namespace):
                 raise errors.method_not_allowed()
-        elif method == 'POST' or (subresource == 'log' and method != 'GET'):
+        elif method == 'POST' and not subresource:
             raise errors.method_not_allowed()
         elif method == 'GET' and (watch_path or query.get('watch', '').lower() in ('1', 'true')):
             verb = 'watch'
-        if verb not in (rtype.verbs if not subresource else ('get', 'patch', 'update')):
+        if verb not in (SUBRESOURCE_VERBS[subresource] if subresource else rtype.verbs):
             raise errors.method_not_allowed()
         return Route('log' if subresource == 'log' else 'resource', rtype, namespace, name, subresource, verb)
 
@@ -430,9 +440,13 @@ class ApiServer:
             return None
         if not header.startswith('Bearer '):
             raise errors.unauthorized()
-        user = self.identities.by_token(header[len('Bearer '):].strip())
+        token = header[len('Bearer '):].strip()
+        user = self.identities.by_token(token)
         if user is None:
-            raise errors.unauthorized()
+            account = self.tokens.user(token)
+            if account is None:
+                raise errors.unauthorized()
+            user = Principal(*account)
         return user
 
     # -- the API -----------------------------------------------------------------------------
@@ -449,6 +463,10 @@ class ApiServer:
             raise errors.forbidden(user.name, route.verb, route.rtype, route.namespace, route.name, route.subresource)
         if route.kind == 'log':
             return self._pod_log(request, route)
+        if route.subresource == 'binding':
+            return self._pod_binding(request, route)
+        if route.subresource == 'token':
+            return Reply(201, self.tokens.request(route.namespace, route.name, self._body(request)))
         if route.verb == 'create':
             return self._create(request, route, user)
         return getattr(self, '_' + route.verb)(request, route)
@@ -576,7 +594,12 @@ class ApiServer:
         """SelfSubjectAccessReview / SelfSubjectReview: answered from the authorizer, never stored."""
         answer = {'apiVersion': rtype.api_version, 'kind': rtype.kind, 'metadata': {'creationTimestamp': None}}
         if rtype.review == 'self':
-            answer['status'] = {'userInfo': {'username': user.name, 'groups': list(user.groups)}}
+            info = {'username': user.name, 'groups': list(user.groups)}
+            if user.uid:
+                info['uid'] = user.uid
+            if user.extra:
+                info['extra'] = user.extra
+            answer['status'] = {'userInfo': info}
             return answer
         spec = (body or {}).get('spec') or {}
         attrs = spec.get('resourceAttributes')
@@ -640,12 +663,56 @@ class ApiServer:
                            'items': [self._list_item(route.rtype, o) for o in items]})
 
     def _pod_log(self, request, route):
-        text = self.store.get_log(route.namespace, route.name)
-        tail = request.query.get('tailLines')
-        if tail:
-            lines = text.splitlines(True)
-            text = ''.join(lines[-int(tail):]) if int(tail) > 0 else ''
+        """From the pod's kubelet when its Node publishes a kubelet port, else what the control API set."""
+        pod = self.store.get(route.rtype, route.namespace, route.name)
+        node_name = (pod.get('spec') or {}).get('nodeName')
+        node = self.store.find(self.table.by_path('', 'v1', 'nodes'), None, node_name) if node_name else None
+        status = (node or {}).get('status') or {}
+        port = int(((status.get('daemonEndpoints') or {}).get('kubeletEndpoint') or {}).get('Port') or 0)
+        if port <= 0:
+            text = self.store.get_log(route.namespace, route.name)
+            tail = request.query.get('tailLines')
+            if tail:
+                lines = text.splitlines(True)
+                text = ''.join(lines[-int(tail):]) if int(tail) > 0 else ''
+            return Reply(text=text)
+        container = _log_container(pod, request.query.get('container'))
+        address = next((a.get('address') for a in status.get('addresses') or () if a.get('type') == 'InternalIP'),
+                       None) or '127.0.0.1'
+        params = []
+        for key in KUBELET_LOG_PARAMS:
+            value = request.query.get(key)
+            if key in ('previous', 'timestamps'):  # re-encoded as the real server does: "true" or left out
+                value = 'true' if (value or '').lower() in ('1', 't', 'true') else None
+            if value:
+                params.append((key, value))
+        query = urlencode(params)
+        path = '/containerLogs/%s/%s/%s' % tuple(quote(p, safe='') for p in (route.namespace, route.name, container))
+        code, text = _kubelet_get(address, port, path + ('?' + query if query else ''))
+        if not 200 <= code <= 206:  # what the real server's response checker lets through
+            raise ApiError(code, text.strip())
         return Reply(text=text)
+
+    def _pod_binding(self, request, route):
+        """pods/binding: what a scheduler posts. Answers a Success Status (201), as the real one does."""
+        body = self._body(request)
+        if not isinstance(body, dict) or body.get('kind') not in (None, 'Binding'):
+            raise errors.bad_request('not a Binding object: %s' % json.dumps(body))
+        meta, target = body.get('metadata') or {}, body.get('target') or {}
+        if meta.get('name') != route.name:
+            raise errors.bad_request('name in URL does not match name in Binding object')
+        causes = []
+        if target.get('kind') not in (None, '', 'Node'):
+            causes.append(('target.kind', 'Unsupported value: "%s": supported values: "Node", "<empty>"'
+                           % target['kind']))
+        if not target.get('name'):
+            # The real server answers this one with a bare 500 (its validation error is no Status).
+            causes.append(('target.name', 'Required value'))
+        if causes:
+            raise errors.invalid(route.rtype, route.name, causes, kind='Binding')
+        self.store.bind(route.namespace, route.name, target['name'], meta.get('annotations'), meta,
+                        self._dry_run(request, body))
+        return Reply(201, {'kind': 'Status', 'apiVersion': 'v1', 'metadata': {}, 'status': 'Success', 'code': 201})
 
     # -- faults ------------------------------------------------------------------------------
 
@@ -745,6 +812,48 @@ class ApiServer:
             self.log.entries(clear=True)
             return Reply(body={'resourceVersion': self.store.resource_version})
         raise ApiError(404, 'no control endpoint %s %s' % (method, path))
+
+
+def _log_container(pod, name):
+    """The container pods/log reads: the one named (it must exist) or the pod's only one."""
+    spec = pod.get('spec') or {}
+    every = [c.get('name') for key in ('initContainers', 'containers', 'ephemeralContainers')
+             for c in spec.get(key) or ()]
+    pod_name = pod['metadata']['name']
+    if name:
+        if name not in every:
+            raise errors.bad_request('container %s is not valid for pod %s' % (name, pod_name))
+        return name
+    containers = spec.get('containers') or ()
+    if len(containers) == 1:
+        return containers[0].get('name')
+    if not containers:
+        raise errors.bad_request('a container name must be specified for pod %s' % pod_name)
+    raise errors.bad_request('a container name must be specified for pod %s, choose one of: [%s]'
+                             % (pod_name, ' '.join(every)))
+
+
+def _kubelet_get(address, port, path):
+    """(status, text) of GET http://address:port/path; a failure to connect is a 500 worded as Go's
+    net/http words it, which is what the real server relays."""
+    host = '[%s]' % address if ':' in address else address
+    url = 'http://%s:%d%s' % (host, port, path)
+    conn = http.client.HTTPConnection(address, port, timeout=KUBELET_TIMEOUT)
+    try:
+        try:
+            conn.connect()
+        except OSError as exc:
+            why = {ConnectionRefusedError: 'connect: connection refused', socket.timeout: 'i/o timeout'}.get(
+                type(exc), str(exc))
+            raise ApiError(500, 'Get "%s": dial tcp %s:%d: %s' % (url, host, port, why)) from exc
+        try:
+            conn.request('GET', path)
+            response = conn.getresponse()
+            return response.status, response.read().decode('utf-8', 'replace')
+        except (OSError, http.client.HTTPException) as exc:
+            raise ApiError(500, 'Get "%s": %s' % (url, exc)) from exc
+    finally:
+        conn.close()
 
 
 def _peer_gone(handler):

@@ -456,6 +456,35 @@ class Store:
             items = self.list(rtype, namespace, labels, fields)[0]
             return [self.delete(rtype, _meta(o).get('namespace'), _meta(o)['name'], dry_run=dry_run) for o in items]
 
+    def bind(self, namespace, name, node, annotations=None, preconditions=None, dry_run=False):
+        """pods/binding, as the real BindingREST does it: set spec.nodeName once (409 when already
+        bound), copy the Binding's annotations and set the PodScheduled condition."""
+        pods = self.table.by_path('', 'v1', 'pods')
+        with self._cond:
+            old = self.get(pods, namespace, name)
+            for field, label in (('uid', 'UID'), ('resourceVersion', 'ResourceVersion')):
+                wanted = (preconditions or {}).get(field)
+                if wanted and wanted != _meta(old).get(field):
+                    raise errors.conflict(pods, name, '%s in precondition: %s, %s in object meta: %s'
+                                          % (label, wanted, label, _meta(old).get(field)))
+            pod = deep_copy(old)
+            spec, status = pod.setdefault('spec', {}), pod.setdefault('status', {})
+            if spec.get('nodeName'):
+                raise errors.conflict(pods, name, 'pod %s is already assigned to node "%s"' % (name, spec['nodeName']))
+            if spec.get('schedulingGates'):
+                raise errors.conflict(pods, name, 'pod %s has non-empty .spec.schedulingGates' % name)
+            spec['nodeName'] = node
+            if annotations:
+                pod['metadata']['annotations'] = dict(_meta(pod).get('annotations') or {}, **annotations)
+            conditions = [c for c in status.get('conditions') or () if c.get('type') != 'PodScheduled']
+            scheduled = next((c for c in status.get('conditions') or () if c.get('type') == 'PodScheduled'), {})
+            since = scheduled.get('lastTransitionTime') if scheduled.get('status') == 'True' else now_rfc3339()
+            status['conditions'] = conditions + [{'type': 'PodScheduled', 'status': 'True', 'lastProbeTime': None,
+                                                  'lastTransitionTime': since}]
+            if dry_run:
+                return pod
+            return self._commit(pods, 'MODIFIED', old, pod)
+
     # -- emulator extras ---------------------------------------------------------------------
 
     def set_log(self, namespace, name, text):
