@@ -253,7 +253,7 @@ plugin_image() {
     fi
     src="$("$LAB_PYTHON" -c 'import os, pynvml, yaml; print(pynvml.__file__, os.path.dirname(yaml.__file__))')"
     key="$(cat "$LAB_DIR/control/"*.py "$utils/nvml.py" "$utils/gpu_labels.py" "$LAB_DIR/oci_image.py" \
-        ${src%% *} <(printf '%s %s\n' "$base_key" "$PLUGIN_REFS") | sha256sum | cut -c1-12)"
+        "${src%% *}" <(printf '%s %s\n' "$base_key" "$PLUGIN_REFS") | sha256sum | cut -c1-12)"
     if [ -s "$LAB_ARTIFACTS/device-plugin.oci.tar" ] && [ "$(cat "$tree.key" 2>/dev/null)" = "$key" ]; then
         lab_log "device plugin image: cached ($key)"
         return 0

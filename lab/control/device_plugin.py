@@ -40,8 +40,8 @@ HINTS = ("If this is a GPU node, did you configure the NVIDIA Container Toolkit?
 def klog(level, where, message):
     """A line in klog's format, as the real plugin writes them."""
     stamp = time.time()
-    sys.stderr.write("%s%s.%06d %7d %s] %s\n" % (level, time.strftime("%m%d %H:%M:%S", time.gmtime(stamp)),
-                                                int(stamp % 1 * 1e6), os.getpid(), where, message))
+    when = time.strftime("%m%d %H:%M:%S", time.gmtime(stamp))
+    sys.stderr.write("%s%s.%06d %7d %s] %s\n" % (level, when, int(stamp % 1 * 1e6), os.getpid(), where, message))
     sys.stderr.flush()
 
 
@@ -68,8 +68,9 @@ def load_config(path):
         return yaml.safe_load(handle) or {}
 
 
-def parse_flags(argv):
-    """--key=value and --key value flags (the real binaries use urfave/cli)."""
+def parse_flags(argv, booleans=()):
+    """--key=value and --key value flags, and the boolean flags named in ``booleans`` alone (the
+    real binaries use urfave/cli, which knows each flag's type)."""
     flags, pending = {}, None
     for arg in argv:
         if pending:
@@ -77,15 +78,16 @@ def parse_flags(argv):
         elif arg.startswith("--") and "=" in arg:
             key, value = arg[2:].split("=", 1)
             flags[key] = value
+        elif arg[2:] in booleans:
+            flags[arg[2:]] = "true"
         elif arg.startswith("--"):
             pending = arg[2:]
-            flags[pending] = "true"
     return flags
 
 
 def options(argv, environ):
     """Flags override the environment, which overrides the config file (as upstream documents)."""
-    flags = parse_flags(argv)
+    flags = parse_flags(argv, booleans=("fail-on-init-error", "pass-device-specs"))
     config_file = flags.get("config-file", environ.get("CONFIG_FILE"))
     config = load_config(config_file)
     file_flags = config.get("flags") or {}
@@ -301,4 +303,3 @@ def main(argv, environ):
                 time.sleep(30)
                 continue
         time.sleep(1)
-

@@ -17,7 +17,6 @@ Options (flag, then environment, then config file): --mig-strategy, --fail-on-in
 import os
 import re
 import signal
-import sys
 import time
 
 import device_plugin
@@ -32,7 +31,8 @@ NODE_NAME_LABEL = "nfd.node.kubernetes.io/node-name"
 
 
 def options(argv, environ):
-    flags = device_plugin.parse_flags(argv)
+    flags = device_plugin.parse_flags(argv, booleans=("oneshot", "no-timestamp", "fail-on-init-error",
+                                                      "use-node-feature-api"))
     config = device_plugin.load_config(flags.get("config-file") or environ.get("GFD_CONFIG_FILE")
                                        or environ.get("CONFIG_FILE"))
     file_flags = config.get("flags") or {}
@@ -174,4 +174,3 @@ def main(argv, environ):
                 time.sleep(3600)
         klog("I", "main.go:258", "Sleeping for %ss" % int(interval))
         time.sleep(interval)
-

@@ -724,8 +724,8 @@ class Kubelet:
                 if ref["key"] in data:
                     envs[item["name"]] = data[ref["key"]]
                 elif not ref.get("optional"):
-                    raise ValueError("couldn't find key %s in %s %s/%s" % (ref["key"], "ConfigMap" if "configMapKeyRef"
-                                                                         in source else "Secret", namespace, ref["name"]))
+                    kind = "ConfigMap" if "configMapKeyRef" in source else "Secret"
+                    raise ValueError("couldn't find key %s in %s %s/%s" % (ref["key"], kind, namespace, ref["name"]))
         return envs
 
     def _config_data(self, resource, namespace, name, optional):

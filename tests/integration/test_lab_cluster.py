@@ -113,8 +113,8 @@ def seed_node(lab, k8s_api):
                 k8s_api.delete(api_version, kind, name, namespace=namespace)
         for pod in k8s_api.list('v1', 'Pod', namespace='default', label_selector='gpuready.test=seed'):
             k8s_api.delete('v1', 'Pod', pod['metadata']['name'], namespace='default')
-        wait_for('the plugin pods to go', lambda: not k8s_api.list('v1', 'Pod', namespace=NAMESPACE,
-                                                                    label_selector=PLUGIN_LABEL) or None)
+        wait_for('the plugin pods to go',
+                 lambda: not k8s_api.list('v1', 'Pod', namespace=NAMESPACE, label_selector=PLUGIN_LABEL))
 
     clean()
     yield container
@@ -209,8 +209,9 @@ def test_seed_fixed_with_a_runtime_class(lab, k8s_api, seed_node, tmp_path):
 
 
 def manifest_objects(name):
+    """The items of a manifest file holding one List."""
     with open(os.path.join(os.path.dirname(MANIFEST), name)) as handle:
-        return [doc for doc in yaml.safe_load_all(handle) if doc]
+        return yaml.safe_load(handle)['items']
 
 
 @pytest.fixture
@@ -277,3 +278,48 @@ def test_gfd_labels_the_node_only_through_nfd(lab, k8s_api, nfd_namespace):  # p
     k8s_api.delete('nfd.k8s-sigs.io/v1alpha1', 'NodeFeature', 'nvidia-features-for-' + NODE, namespace=nfd_namespace)
     wait_for('NFD to remove the GPU labels', lambda: 'nvidia.com/gpu.product' not in k8s_api.get(
         'v1', 'Node', NODE)['metadata']['labels'])
+
+
+def test_plugin_config_time_slicing_renamed(lab, k8s_api, seed_node):  # pylint: disable=unused-argument
+    """The plugin's config file (a ConfigMap, CONFIG_FILE): 4 replicas per GPU, renameByDefault."""
+    config = ('version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n'
+              '      - name: nvidia.com/gpu\n        replicas: 4\n')
+    k8s_api.create({'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': {'name': 'plugin-config', 'namespace': NAMESPACE},
+                    'data': {'config.yaml': config}})
+    try:
+        k8s_api.create({'apiVersion': 'node.k8s.io/v1', 'kind': 'RuntimeClass', 'metadata': {'name': 'nvidia'},
+                        'handler': 'nvidia'})
+        manifest = plugin_manifest(runtime_class='nvidia')
+        spec = manifest['spec']['template']['spec']
+        spec['containers'][0]['env'] = [{'name': 'CONFIG_FILE', 'value': '/config/config.yaml'}]
+        spec['containers'][0]['volumeMounts'].append({'name': 'config', 'mountPath': '/config'})
+        spec['volumes'].append({'name': 'config', 'configMap': {'name': 'plugin-config'}})
+        k8s_api.create(manifest)
+        wait_for('16 shared GPUs', lambda: k8s_api.get('v1', 'Node', NODE)['status']['allocatable'].get(
+            'nvidia.com/gpu.shared') == '16')
+        assert k8s_api.get('v1', 'Node', NODE)['status']['capacity']['nvidia.com/gpu.shared'] == '16'
+        log = pod_log(k8s_api, plugin_pod(k8s_api)['metadata']['name'], NAMESPACE)
+        assert "Registered device plugin for 'nvidia.com/gpu.shared' with Kubelet" in log, log
+    finally:
+        k8s_api.delete('v1', 'ConfigMap', 'plugin-config', namespace=NAMESPACE)
+
+
+def test_pods_that_cannot_start_say_why(lab, k8s_api, seed_node):  # pylint: disable=unused-argument
+    """An image the node does not have, and a RuntimeClass that does not exist."""
+    missing_image = labelled(gpu_test_pod('no-image', 0, command=('true',)))
+    missing_image['spec']['containers'][0]['image'] = 'docker.io/library/nginx:1.27'
+    del missing_image['spec']['containers'][0]['resources']
+    no_class = labelled(gpu_test_pod('no-class', 0, runtime_class='missing', command=('true',)))
+    del no_class['spec']['containers'][0]['resources']
+    for pod in (missing_image, no_class):
+        k8s_api.create(pod)
+    waiting = wait_for('ErrImagePull', lambda: container_state(k8s_api.get('v1', 'Pod', 'no-image', namespace='default'))
+                       .get('waiting', {}).get('reason') in ('ErrImagePull', 'ImagePullBackOff')
+                       and container_state(k8s_api.get('v1', 'Pod', 'no-image', namespace='default'))['waiting'])
+    assert 'docker.io/library/nginx:1.27' in waiting['message']
+    events = wait_for('FailedCreatePodSandBox', lambda: [
+        e for e in k8s_api.list('v1', 'Event', namespace='default', field_selector='involvedObject.name=no-class')
+        if e['reason'] == 'FailedCreatePodSandBox'])
+    assert events[0]['message'] == 'Failed to create pod sandbox: runtimeclass.node.k8s.io "missing" not found'
+    assert events[0]['type'] == 'Warning' and events[0]['source']['host'] == NODE
+    assert k8s_api.get('v1', 'Pod', 'no-class', namespace='default')['status']['phase'] == 'Pending'

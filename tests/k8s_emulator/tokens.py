@@ -111,7 +111,7 @@ class ServiceAccountTokens:
         """{claim: {name, uid}} for the object a token is bound to (it must exist, with ref's uid if given)."""
         api_version, kind = ref.get('apiVersion') or 'v1', ref.get('kind')
         if api_version != 'v1' or kind not in BOUND_KINDS:
-            group, _, version = api_version.rpartition('/')
+            group, dummy, version = api_version.rpartition('/')
             raise errors.bad_request('cannot bind token to object of type %s/%s, Kind=%s' % (group, version, kind))
         obj = self.store.get(self._rtype(BOUND_KINDS[kind]), namespace, ref.get('name'))
         uid = obj['metadata']['uid']
