@@ -15,7 +15,6 @@ Options (flag, then environment, then config file): --mig-strategy, --fail-on-in
 """
 
 import os
-import re
 import signal
 import time
 
@@ -68,19 +67,6 @@ def options(argv, environ):
     }
 
 
-def seconds(interval):
-    """Go durations as GFD takes them ("60s", "1m30s", "500ms"); None for "infinite"."""
-    if interval == "infinite":
-        return None
-    total = 0.0
-    units = {"h": 3600, "m": 60, "s": 1, "ms": 0.001}
-    for number, unit in re.findall(r"(\d+(?:\.\d+)?)(ms|h|m|s)", interval):
-        total += float(number) * units[unit]
-    if total <= 0:
-        raise ValueError("invalid sleep interval %r" % interval)
-    return total
-
-
 def labels(opts):
     facts = nvml.gather(sysfs_root="/sys", dmi_product_file=opts["machine_type_file"], lib=pynvml)
     if not facts["nvml_ok"]:
@@ -125,7 +111,7 @@ def main(argv, environ):
     klog("I", "main.go:168", "Loading configuration.")
     try:
         opts = options(argv, environ)
-        interval = seconds(opts["sleep_interval"])
+        interval = kube.duration_seconds(opts["sleep_interval"])
     except (OSError, ValueError) as err:
         klog("E", "main.go:100", "error: unable to load config: %s" % err)
         return 1

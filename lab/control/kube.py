@@ -16,6 +16,7 @@ import datetime
 import http.client
 import json
 import os
+import re
 import ssl
 import threading
 import urllib.parse
@@ -53,6 +54,18 @@ def path(api_version, resource, namespace=None, name=None, sub=None):
 def now():
     """An RFC 3339 timestamp, as the API uses."""
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def duration_seconds(interval):
+    """A Go duration as the components take them ("60s", "1m30s", "500ms") in seconds; None for "infinite"."""
+    if interval == "infinite":
+        return None
+    units = {"h": 3600, "m": 60, "s": 1, "ms": 0.001}
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|h|m|s)", interval)
+    total = sum(float(number) * units[unit] for number, unit in parts)
+    if total <= 0 or "".join(n + u for n, u in parts) != interval:
+        raise ValueError("invalid duration %r" % interval)
+    return total
 
 
 def parse_time(value):

@@ -253,6 +253,8 @@ class PodState:
         self.sandbox_id = None
         self.sandbox_attempt = -1
         self.sandbox_retry_at = 0.0
+        self.sandbox_backoff = 0.0
+        self.sandbox_stopped = False
         self.sandbox_error = None
         self.log_dir = os.path.join(LOG_ROOT, "%s_%s_%s" % (self.namespace, self.name, self.uid))
         self.containers = {}
@@ -461,6 +463,10 @@ class Kubelet:
             self.admit(pod, state)
         if state.rejected or state.phase in ("Succeeded", "Failed"):
             self.devices.release(state.uid)  # a finished pod's devices go back to the pool
+            if state.sandbox_id and not state.sandbox_stopped:
+                # As kubelet does: the sandbox of a finished pod is stopped, its containers kept for logs.
+                self.runtime.StopPodSandbox(pb.StopPodSandboxRequest(pod_sandbox_id=state.sandbox_id), timeout=60)
+                state.sandbox_stopped = True
             return
         if not self.ensure_sandbox(pod, state):
             return
@@ -521,7 +527,7 @@ class Kubelet:
 
     def _sandbox_failed(self, pod, state, message):
         state.sandbox_error = message
-        backoff = min(max(getattr(state, "sandbox_backoff", 0) * 2, 1.0), 30.0)
+        backoff = min(max(state.sandbox_backoff * 2, 1.0), 30.0)
         state.sandbox_backoff = backoff
         state.sandbox_retry_at = time.monotonic() + backoff
         self.event(state, pod, "FailedCreatePodSandBox", "Failed to create pod sandbox: %s" % message, warning=True)
@@ -558,6 +564,8 @@ class Kubelet:
                                  "message": "The container could not be located when the pod was terminated"}, 0)
             return
         record.image_id = status.image_ref
+        if not record.log_paths and status.log_path:
+            record.log_paths.append(status.log_path)  # a container adopted after a kubelet restart
         if status.state == pb.CONTAINER_RUNNING:
             record.state = {"running": {"startedAt": _rfc3339(status.started_at)}}
         elif status.state == pb.CONTAINER_EXITED:
@@ -664,7 +672,8 @@ class Kubelet:
             self._remove_older(previous)
 
     def _remove_older(self, container_id):
-        """Keep only the last dead container (for logs --previous), as kubelet's GC roughly does."""
+        """The replaced attempt's container goes, as kubelet's container GC soon removes it; its log
+        file stays (RemoveContainer leaves it), so logs --previous still works."""
         try:
             self.runtime.RemoveContainer(pb.RemoveContainerRequest(container_id=container_id), timeout=30)
         except grpc.RpcError as err:

@@ -10,7 +10,7 @@ NodeFeature object named after the node, in its namespace:
     real manifests do), labelled ``feature.node.kubernetes.io/pci-<fields>.present=true`` for the
     device classes in ``sources.pci.deviceClassWhitelist`` (default 03, 0b40, 12) with the
     ``deviceLabelFields`` (default class, vendor), read from /etc/kubernetes/node-feature-discovery/
-    nfd-worker.conf.
+    nfd-worker.conf, which also gives ``core.sleepInterval`` (default 60s) between rounds.
 nfd-master (a Deployment pod) merges every NodeFeature object of a node (by the label
 nfd.node.kubernetes.io/node-name) into that Node's labels, keeps the list it manages in the
 annotation nfd.node.kubernetes.io/feature-labels (names without the default
@@ -58,11 +58,14 @@ def local_labels(folder=FEATURES_D):
     return found
 
 
-def pci_labels(sysfs="/host-sys", conf_path=WORKER_CONF):
-    conf = {}
-    if os.path.exists(conf_path):
-        with open(conf_path) as handle:
-            conf = yaml.safe_load(handle) or {}
+def worker_conf(path=WORKER_CONF):
+    if not os.path.exists(path):
+        return {}
+    with open(path) as handle:
+        return yaml.safe_load(handle) or {}
+
+
+def pci_labels(conf, sysfs="/host-sys"):
     pci = ((conf.get("sources") or {}).get("pci") or {})
     classes = pci.get("deviceClassWhitelist") or ["03", "0b40", "12"]
     fields = pci.get("deviceLabelFields") or ["class", "vendor"]
@@ -93,11 +96,12 @@ def worker(_argv, environ):
     _exit_on_signals()
     node = environ["NODE_NAME"]
     namespace = environ.get("POD_NAMESPACE") or environ.get("KUBERNETES_NAMESPACE") or "node-feature-discovery"
-    interval = float(environ.get("NFD_SLEEP_INTERVAL", "60"))
     api = kube.Client.in_cluster()
     url = kube.path(NODEFEATURES[0], NODEFEATURES[1], namespace, node)
     while True:
-        found = pci_labels()
+        conf = worker_conf()
+        interval = kube.duration_seconds((conf.get("core") or {}).get("sleepInterval") or "60s")
+        found = pci_labels(conf)
         found.update(local_labels())
         body = {"apiVersion": NODEFEATURES[0], "kind": "NodeFeature",
                 "metadata": {"name": node, "namespace": namespace, "labels": {NODE_NAME_LABEL: node}},
@@ -148,9 +152,8 @@ def node_patch(node, wanted):
     return {"metadata": {"labels": changes, "annotations": {FEATURE_LABELS: annotation or None}}}
 
 
-def master(_argv, environ):
+def master(_argv, _environ):
     _exit_on_signals()
-    interval = float(environ.get("NFD_RESYNC_INTERVAL", "1"))
     api = kube.Client.in_cluster()
     while True:
         try:
@@ -162,4 +165,4 @@ def master(_argv, environ):
                     log("node %s: labels updated" % node["metadata"]["name"])
         except (kube.ApiError, OSError) as err:
             log("error: %s" % err)
-        time.sleep(interval)
+        time.sleep(1)  # the real nfd-master watches; once a second is close enough here

@@ -170,10 +170,11 @@ def test_seed_reproduced_and_fixed_with_nvidia_as_default(lab, k8s_api, seed_nod
     condition = wait_for('gpu-test-5 to be unschedulable', lambda: [
         c for c in k8s_api.get('v1', 'Pod', 'gpu-test-5', namespace='default')['status'].get('conditions', [])
         if c['type'] == 'PodScheduled' and c['status'] == 'False'])
-    nodes = len(k8s_api.list('v1', 'Node'))
+    nodes = len(k8s_api.list('v1', 'Node', label_selector='gpuready.lab/node=true'))  # what the lab schedules onto
     assert condition[0]['reason'] == 'Unschedulable'
-    assert re.match(r'0/%d nodes are available: .*\b\d+ Insufficient nvidia\.com/gpu\b' % nodes,
-                    condition[0]['message']), condition[0]['message']
+    # gpu-p4 (selected) has 4, the other lab nodes are not selected
+    assert condition[0]['message'].startswith('0/%d nodes are available: 1 Insufficient nvidia.com/gpu' % nodes), (
+        condition[0]['message'])
     pod5 = k8s_api.get('v1', 'Pod', 'gpu-test-5', namespace='default')
     assert pod5['status']['phase'] == 'Pending' and not pod5['spec'].get('nodeName')
     events = k8s_api.list('v1', 'Event', namespace='default', field_selector='involvedObject.name=gpu-test-5')
@@ -323,3 +324,23 @@ def test_pods_that_cannot_start_say_why(lab, k8s_api, seed_node):  # pylint: dis
     assert events[0]['message'] == 'Failed to create pod sandbox: runtimeclass.node.k8s.io "missing" not found'
     assert events[0]['type'] == 'Warning' and events[0]['source']['host'] == NODE
     assert k8s_api.get('v1', 'Pod', 'no-class', namespace='default')['status']['phase'] == 'Pending'
+
+
+def test_gfd_file_output_reaches_the_node_through_nfd_worker(lab, k8s_api, nfd_namespace):
+    """GFD with the NodeFeature API off writes features.d/gfd on the node; nfd-worker publishes it."""
+    k8s_api.create({'apiVersion': 'node.k8s.io/v1', 'kind': 'RuntimeClass', 'metadata': {'name': 'nvidia'},
+                    'handler': 'nvidia'})
+    for doc in manifest_objects('nfd-v0.17.3.yml') + manifest_objects('gpu-feature-discovery-v0.20.0.yml'):
+        if doc['kind'] == 'DaemonSet' and doc['metadata']['name'] == 'gpu-feature-discovery':
+            spec = doc['spec']['template']['spec']
+            spec['runtimeClassName'] = 'nvidia'
+            spec['containers'][0]['env'].append({'name': 'GFD_USE_NODE_FEATURE_API', 'value': 'false'})
+        k8s_api.create(doc)
+    wait_for('the GPU labels from the file', lambda: k8s_api.get('v1', 'Node', NODE)['metadata']['labels'].get(
+        'nvidia.com/gpu.count') == '4')
+    content = lab.node_exec(lab.container(NODE), 'cat', '/etc/kubernetes/node-feature-discovery/features.d/gfd')
+    assert 'nvidia.com/gpu.product=Tesla-P4\n' in content
+    feature = k8s_api.get('nfd.k8s-sigs.io/v1alpha1', 'NodeFeature', NODE, namespace=nfd_namespace)
+    assert feature['spec']['labels']['nvidia.com/gpu.product'] == 'Tesla-P4'
+    assert not k8s_api.exists('nfd.k8s-sigs.io/v1alpha1', 'NodeFeature', 'nvidia-features-for-' + NODE,
+                              namespace=nfd_namespace)

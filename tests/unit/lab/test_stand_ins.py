@@ -127,10 +127,12 @@ def test_gfd_options_and_intervals(tmp_path):
                        {'NODE_NAME': 'n1', 'GFD_NO_TIMESTAMP': 'true', 'MIG_STRATEGY': 'single'})
     assert opts['oneshot'] is True and opts['no_timestamp'] is True and opts['mig_strategy'] == 'single'
     assert opts['use_node_feature_api'] is True and opts['namespace'] == 'default'
-    assert gfd.seconds('60s') == 60 and gfd.seconds('1m30s') == 90 and gfd.seconds('500ms') == 0.5
-    assert gfd.seconds('infinite') is None
-    with pytest.raises(ValueError):
-        gfd.seconds('soon')
+    kube = _load('kube')
+    assert kube.duration_seconds('60s') == 60 and kube.duration_seconds('1m30s') == 90
+    assert kube.duration_seconds('500ms') == 0.5 and kube.duration_seconds('infinite') is None
+    for bad in ('soon', '10', '5s later', '0s'):
+        with pytest.raises(ValueError):
+            kube.duration_seconds(bad)
 
 
 def test_gfd_in_node_feature_mode_needs_a_node_name(capsys):
@@ -157,10 +159,11 @@ def test_nfd_worker_sources(tmp_path):
         (device / 'class').write_text(klass + '\n')
         (device / 'vendor').write_text(vendor + '\n')
     conf = tmp_path / 'nfd-worker.conf'
-    assert nfd.pci_labels(str(tmp_path / 'sys'), str(conf)) == {
-        'feature.node.kubernetes.io/pci-0302_10de.present': 'true'}
+    assert nfd.worker_conf(str(conf)) == {}
+    assert nfd.pci_labels({}, str(tmp_path / 'sys')) == {'feature.node.kubernetes.io/pci-0302_10de.present': 'true'}
     conf.write_text('sources:\n  pci:\n    deviceClassWhitelist: ["03"]\n    deviceLabelFields: [vendor]\n')
-    assert nfd.pci_labels(str(tmp_path / 'sys'), str(conf)) == {'feature.node.kubernetes.io/pci-10de.present': 'true'}
+    assert nfd.pci_labels(nfd.worker_conf(str(conf)), str(tmp_path / 'sys')) == {
+        'feature.node.kubernetes.io/pci-10de.present': 'true'}
 
 
 def test_nfd_master_merges_filters_and_takes_back():
