@@ -13,7 +13,6 @@ __metaclass__ = type
 
 import copy
 import os
-import re
 import time
 
 import pytest
