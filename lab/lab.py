@@ -7,6 +7,7 @@
                                                      (gpu-p4-v3, on containerd 2.x, only when named)
     python lab/lab.py down                           remove everything, check that nothing is left
     python lab/lab.py env                            print the exports for Ansible and kubectl
+    ... --prefix P --run-dir D                       a second lab beside the first (Molecule scenarios)
 
 Run it with the project's .venv python (the API emulator needs `cryptography`); `make lab-up`,
 `make lab-down` and `make lab-env` do. Tests use the ``Lab`` class (tests/integration/conftest.py).
@@ -324,7 +325,8 @@ class Lab:
                       "          ansible_connection: containers.podman.podman",
                       "          ansible_host: %s" % self.container(name),
                       "          ansible_python_interpreter: /usr/bin/python3",
-                      "          k8s_node_name: %s" % name]
+                      "          k8s_node_name: %s" % name,
+                      "          gpuready_node_name: %s" % name]
             if spec["user"]:
                 lines += ["          ansible_user: %s" % spec["user"], "          ansible_become: true"]
         with open(path, "w") as handle:
@@ -371,8 +373,11 @@ class Lab:
                 self.emulator.lab_controllers = None
         return pid
 
-    def down(self, wait_s=15):
-        """Remove nodes, volumes, Node objects and the lab's own emulator; returns the problems left."""
+    def down(self, wait_s=15, count_zombies=False):
+        """Remove nodes, volumes, Node objects and the lab's own emulator; returns the problems left.
+
+        Defunct conmons (podman's double-forked monitors, reaped late by this machine's PID 1) are
+        problems only with ``count_zombies`` (the teardown test); otherwise they are logged."""
         t0 = time.monotonic()
         zombies_before = _zombie_conmons()
         state = {}
@@ -416,8 +421,9 @@ class Lab:
                 conmons = [line for line in _ps("pid=,args=") if "conmon" in line and cid in line]
                 if conmons:
                     problems.append("%s: conmon left: %s" % (name, conmons))
-            new_zombies = sorted(set(_zombie_conmons()) - set(zombies_before))
-            if new_zombies:
+            # Only a down that removed nodes can leave conmons behind (other podman users may, meanwhile).
+            new_zombies = sorted(set(_zombie_conmons()) - set(zombies_before)) if removed else []
+            if new_zombies and count_zombies:
                 problems.append("defunct conmon(s) left: %s" % new_zombies)
             if emulator_pid and _alive(emulator_pid) and _is_emulator(emulator_pid):
                 problems.append("API emulator (pid %d) still running" % emulator_pid)
@@ -434,6 +440,8 @@ class Lab:
                     os.unlink(path)
             shutil.rmtree(os.path.join(self.run_dir, "k8s-api"), ignore_errors=True)
         self.timings["down_s"] = round(time.monotonic() - t0, 1)
+        if new_zombies and not count_zombies:
+            log("down: defunct conmon(s) not reaped yet by PID 1 (harmless): %s" % new_zombies)
         left = "; LEFT: " + "; ".join(problems) if problems else ""
         log("down: %d node(s) removed in %ss%s" % (len(removed), self.timings["down_s"], left))
         return problems
@@ -507,9 +515,12 @@ def main():
     parser.add_argument("what", choices=("up", "down", "env"))
     parser.add_argument("--nodes", default=",".join(DEFAULT_NODES),
                         help="comma-separated, of: %s (default: %s)" % (", ".join(NODES), ",".join(DEFAULT_NODES)))
+    parser.add_argument("--prefix", default=PREFIX,
+                        help="container name prefix (default %s); labs with other prefixes run beside it" % PREFIX)
+    parser.add_argument("--run-dir", help="run state folder (default .cache/lab/run); one per prefix")
     args = parser.parse_args()
     try:
-        lab = Lab(nodes=[n for n in args.nodes.split(",") if n])
+        lab = Lab(nodes=[n for n in args.nodes.split(",") if n], prefix=args.prefix, run_dir=args.run_dir)
     except LabError as err:
         log(str(err))
         return 1

@@ -32,7 +32,8 @@ attributes:
   action:
     support: none
 requirements:
-  - nvidia-ml-py (node, import name C(pynvml)); without it only the sysfs, device node and kernel module facts are set
+  - nvidia-ml-py >= 12.550.52 (node, import name C(pynvml); older releases lack the fabric clique field); without it only
+    the sysfs, device node and kernel module facts are set
 options:
   sysfs_root:
     description: Where sysfs is mounted; PCI functions are read from C(<sysfs_root>/bus/pci/devices).

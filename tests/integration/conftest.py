@@ -160,10 +160,13 @@ def lab_module():
 
 
 @pytest.fixture(scope='session')
-def lab(lab_module, k8s_api):  # pylint: disable=redefined-outer-name
+def lab(lab_module, k8s_api, tmp_path_factory):  # pylint: disable=redefined-outer-name
     """One lab per pytest run (lab/lab.py, nodes gpu-p4 and gpu-h100), its Nodes registered in the
     run's shared ``k8s_api`` emulator. Yields the Lab; ``lab.state`` is what ``up`` returned."""
-    instance = lab_module.Lab(emulator=k8s_api)
+    # GPUREADY_LAB_PREFIX lets two pytest runs on one machine keep their labs apart (own containers, run dir).
+    prefix = os.environ.get('GPUREADY_LAB_PREFIX')
+    instance = lab_module.Lab(emulator=k8s_api, **({'prefix': prefix, 'run_dir': str(
+        tmp_path_factory.mktemp('lab-run'))} if prefix else {}))
     try:
         instance.state = instance.up()
         yield instance

@@ -1,0 +1,109 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpuready.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Is the running containerd the one its config files describe?
+
+A config written but never loaded is the seed problem again. This answers from running state,
+not from what a play remembers: the CRI plugin's view (module_utils/cri.py), the service's start
+time, and the config files' modification times. Plain Python, no Ansible.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import subprocess
+
+from ansible_collections.gpuready.nvidia.plugins.module_utils import cri
+
+
+def _clock_ticks():
+    return os.sysconf(os.sysconf_names['SC_CLK_TCK'])
+
+
+def process_start_time(pid, proc='/proc'):
+    """Epoch seconds at which process ``pid`` started (from /proc, so it survives a lost play)."""
+    with open(os.path.join(proc, str(pid), 'stat')) as handle:
+        fields = handle.read().rsplit(')', 1)[1].split()
+    ticks = int(fields[19])  # field 22 of stat(5): starttime, in clock ticks after boot
+    with open(os.path.join(proc, 'stat')) as handle:
+        boot = next(int(line.split()[1]) for line in handle if line.startswith('btime '))
+    return boot + ticks / float(_clock_ticks())
+
+
+def service_state(unit, run=subprocess.run):
+    """{name, active_state, main_pid, started_at} of a systemd unit (started_at None when not running)."""
+    # plain Python (no AnsibleModule here), as cri.py's crictl call
+    proc = run(['systemctl', 'show', '--property=ActiveState,MainPID', unit],  # pylint: disable=ansible-bad-function
+               stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, check=False)
+    props = dict(line.split('=', 1) for line in proc.stdout.splitlines() if '=' in line)
+    pid = int(props.get('MainPID') or 0)
+    started = None
+    if pid:
+        try:
+            started = process_start_time(pid)
+        except (OSError, ValueError, IndexError, StopIteration):
+            started = None
+    return {'name': unit, 'active_state': props.get('ActiveState', 'unknown'), 'main_pid': pid,
+            'started_at': started}
+
+
+def config_files(paths):
+    """[{path, exists, mtime}] for the config files containerd reads."""
+    out = []
+    for path in paths:
+        try:
+            out.append({'path': path, 'exists': True, 'mtime': os.stat(path).st_mtime})
+        except OSError:
+            out.append({'path': path, 'exists': False, 'mtime': None})
+    return out
+
+
+def restart_reasons(service, status, status_error, files, runtime_name, set_as_default):
+    """Why containerd must restart to run what its files say; [] when it already does.
+
+    ``status`` is cri.cri_status()'s dict or None (then ``status_error`` says why). ``set_as_default``
+    None means the default runtime is not checked."""
+    reasons = []
+    if service['active_state'] != 'active':
+        reasons.append('%s is %s' % (service['name'], service['active_state']))
+        return reasons
+    started = service['started_at']
+    for entry in files:
+        if entry['exists'] and started is not None and entry['mtime'] > started:
+            reasons.append('%s changed after %s started' % (entry['path'], service['name']))
+    if status is None:
+        reasons.append('the CRI plugin does not answer: %s' % status_error)
+        return reasons
+    if runtime_name not in status['runtimes']:
+        reasons.append('the running CRI plugin has no runtime %r (it has: %s)'
+                       % (runtime_name, ', '.join(sorted(status['runtimes'])) or 'none'))
+    default = status['default_runtime_name'] or 'runc'
+    if set_as_default is True and default != runtime_name:
+        reasons.append('the running CRI plugin\'s default runtime is %r, not %r' % (default, runtime_name))
+    if set_as_default is False and default == runtime_name:
+        reasons.append('the running CRI plugin still has %r as its default runtime' % runtime_name)
+    return reasons
+
+
+def gather(unit, socket, paths, runtime_name, set_as_default, timeout=cri.DEFAULT_TIMEOUT, wait=0.0,
+           transport='auto'):
+    """Everything the role and the doctor need to decide on, and to verify, a restart."""
+    service = service_state(unit)
+    status, status_error = None, None
+    if service['active_state'] == 'active':
+        try:
+            status = cri.cri_status(socket, timeout=timeout, transport=transport, retry_for=wait)
+        except cri.CriError as exc:
+            status_error = str(exc)
+    else:
+        status_error = '%s is %s' % (unit, service['active_state'])
+    files = config_files(paths)
+    reasons = restart_reasons(service, status, status_error, files, runtime_name, set_as_default)
+    if status is not None:
+        status = dict(status)
+        status.pop('raw_config', None)
+    return {'service': service, 'cri': status, 'cri_error': status_error, 'config_files': files,
+            'restart_needed': bool(reasons), 'restart_reasons': reasons,
+            'healthy': status is not None and status['runtime_ready'] and not reasons}

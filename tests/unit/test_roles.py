@@ -1,0 +1,62 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpuready.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Every role's shape: its argument spec documents exactly its defaults (same names, same default
+values), its variables carry the role's prefix, it runs its preflight before anything else and
+depends on the collection-wide settings."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+
+import pytest
+import yaml
+
+ROLES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'roles')
+ROLES = sorted(name for name in os.listdir(ROLES_DIR) if os.path.isdir(os.path.join(ROLES_DIR, name)))
+
+
+def _load(role, *parts):
+    path = os.path.join(ROLES_DIR, role, *parts)
+    if not os.path.exists(path):
+        return None
+    with open(path) as handle:
+        return yaml.safe_load(handle)
+
+
+def test_there_are_roles():
+    assert 'gpuready' in ROLES and 'containerd_runtime' in ROLES
+
+
+@pytest.mark.parametrize('role', ROLES)
+def test_argument_spec_matches_defaults(role):
+    defaults = _load(role, 'defaults', 'main.yml') or {}
+    options = _load(role, 'meta', 'argument_specs.yml')['argument_specs']['main']['options']
+    assert sorted(options) == sorted(defaults)
+    for name, value in defaults.items():
+        spec = options[name]
+        assert spec.get('description'), name
+        if value is None:
+            assert 'default' not in spec or spec['default'] is None, name
+        else:
+            assert spec.get('default') == value, name
+
+
+@pytest.mark.parametrize('role', ROLES)
+def test_variables_carry_the_role_prefix(role):
+    prefix = role + '_'
+    assert [name for name in (_load(role, 'defaults', 'main.yml') or {}) if not name.startswith(prefix)] == []
+
+
+@pytest.mark.parametrize('role', [r for r in ROLES if r != 'gpuready'])
+def test_preflight_first_and_settings_dependency(role):
+    tasks = _load(role, 'tasks', 'main.yml')
+    includes = [i for i, task in enumerate(tasks) if task.get('ansible.builtin.include_tasks') == 'preflight.yml']
+    assert includes, 'tasks/main.yml does not include preflight.yml'
+    changing = [i for i, task in enumerate(tasks[:includes[0]]) if 'ansible.builtin.set_fact' not in task]
+    assert changing == [], 'only set_fact may come before the preflight'
+    assert os.path.exists(os.path.join(ROLES_DIR, role, 'tasks', 'preflight.yml'))
+    assert {'role': 'gpuready.nvidia.gpuready'} in _load(role, 'meta', 'main.yml')['dependencies']
+    assert os.path.exists(os.path.join(ROLES_DIR, role, 'README.md'))
