@@ -14,6 +14,7 @@ __metaclass__ = type
 
 import os
 import subprocess
+import time
 
 from ansible_collections.gpuready.nvidia.plugins.module_utils import cri
 
@@ -23,13 +24,14 @@ def _clock_ticks():
 
 
 def process_start_time(pid, proc='/proc'):
-    """Epoch seconds at which process ``pid`` started (from /proc, so it survives a lost play)."""
+    """Epoch seconds at which process ``pid`` started (from /proc, so it survives a lost play).
+
+    /proc gives clock ticks after boot; converted with the boot-time clock read now rather than
+    /proc/stat's btime, a whole second that the kernel re-derives and that moves by a second or two."""
     with open(os.path.join(proc, str(pid), 'stat')) as handle:
         fields = handle.read().rsplit(')', 1)[1].split()
     ticks = int(fields[19])  # field 22 of stat(5): starttime, in clock ticks after boot
-    with open(os.path.join(proc, 'stat')) as handle:
-        boot = next(int(line.split()[1]) for line in handle if line.startswith('btime '))
-    return boot + ticks / float(_clock_ticks())
+    return time.time() - (time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / float(_clock_ticks()))
 
 
 def service_state(unit, run=subprocess.run):
@@ -43,7 +45,7 @@ def service_state(unit, run=subprocess.run):
     if pid:
         try:
             started = process_start_time(pid)
-        except (OSError, ValueError, IndexError, StopIteration):
+        except (OSError, ValueError, IndexError):
             started = None
     return {'name': unit, 'active_state': props.get('ActiveState', 'unknown'), 'main_pid': pid,
             'started_at': started}
