@@ -85,6 +85,16 @@ def parse_flags(argv, booleans=()):
     return flags
 
 
+def choose(flags, environ, flag, envs, from_file, default):
+    """A setting's value: its flag, else the first of its environment variables, else the config file."""
+    if flag in flags:
+        return flags[flag]
+    for env in envs:
+        if env in environ:
+            return environ[env]
+    return default if from_file is None else from_file
+
+
 def options(argv, environ):
     """Flags override the environment, which overrides the config file (as upstream documents)."""
     flags = parse_flags(argv, booleans=("fail-on-init-error", "pass-device-specs"))
@@ -94,11 +104,7 @@ def options(argv, environ):
     plugin_flags = file_flags.get("plugin") or {}
 
     def pick(flag, env, from_file, default):
-        if flag in flags:
-            return flags[flag]
-        if env in environ:
-            return environ[env]
-        return default if from_file is None else from_file
+        return choose(flags, environ, flag, (env,), from_file, default)
 
     sharing = sharing_from_config(config)
     return {

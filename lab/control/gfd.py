@@ -38,12 +38,7 @@ def options(argv, environ):
     file_gfd = file_flags.get("gfd") or {}
 
     def pick(flag, envs, from_file, default):
-        if flag in flags:
-            return flags[flag]
-        for env in envs:
-            if env in environ:
-                return environ[env]
-        return default if from_file is None else from_file
+        return device_plugin.choose(flags, environ, flag, envs, from_file, default)
 
     return {
         "mig_strategy": pick("mig-strategy", ("GFD_MIG_STRATEGY", "MIG_STRATEGY"), file_flags.get("migStrategy"),

@@ -255,7 +255,6 @@ class PodState:
         self.sandbox_retry_at = 0.0
         self.sandbox_backoff = 0.0
         self.sandbox_stopped = False
-        self.sandbox_error = None
         self.log_dir = os.path.join(LOG_ROOT, "%s_%s_%s" % (self.namespace, self.name, self.uid))
         self.containers = {}
         self.admitted = None
@@ -521,12 +520,10 @@ class Kubelet:
         except grpc.RpcError as err:
             self._sandbox_failed(pod, state, _rpc_error(err))
             return False
-        state.sandbox_error = None
         state.sandbox_backoff = 0
         return True
 
     def _sandbox_failed(self, pod, state, message):
-        state.sandbox_error = message
         backoff = min(max(state.sandbox_backoff * 2, 1.0), 30.0)
         state.sandbox_backoff = backoff
         state.sandbox_retry_at = time.monotonic() + backoff
