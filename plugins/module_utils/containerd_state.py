@@ -15,8 +15,22 @@ __metaclass__ = type
 import os
 import subprocess
 import time
+from urllib.error import HTTPError, URLError
+
+from ansible.module_utils.urls import ConnectionError as UrlsConnectionError, open_url
 
 from ansible_collections.gpuready.nvidia.plugins.module_utils import cri
+
+# The options of the modules that read the running containerd (doc fragment containerd_state).
+STATE_ARGS = dict(
+    service=dict(type='str', default='containerd'),
+    socket=dict(type='str', default='/run/containerd/containerd.sock'),
+    config_paths=dict(type='list', elements='path', default=['/etc/containerd/config.toml']),
+    runtime_name=dict(type='str', default='nvidia'),
+    set_as_default=dict(type='bool'),
+    timeout=dict(type='float', default=5.0),
+    transport=dict(type='str', choices=['auto', 'grpc', 'crictl'], default='auto'),
+)
 
 
 def _clock_ticks():
@@ -109,3 +123,58 @@ def gather(unit, socket, paths, runtime_name, set_as_default, timeout=cri.DEFAUL
     return {'service': service, 'cri': status, 'cri_error': status_error, 'config_files': files,
             'restart_needed': bool(reasons), 'restart_reasons': reasons,
             'healthy': status is not None and status['runtime_ready'] and not reasons}
+
+
+def restart_service(unit, run=subprocess.run):
+    """systemctl restart; None, or why it failed."""
+    proc = run(['systemctl', 'restart', unit],  # pylint: disable=ansible-bad-function
+               stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, check=False)
+    if proc.returncode == 0:
+        return None
+    return proc.stderr.strip() or 'systemctl restart %s exited with %d' % (unit, proc.returncode)
+
+
+def api_ready(url, wait, ca_file=None, cert_file=None, key_file=None, interval=1.0,
+              clock=time.monotonic, sleep=time.sleep):
+    """Ask the API server's /readyz until it answers 200 or ``wait`` seconds pass: (ready, last error)."""
+    deadline = clock() + wait
+    while True:
+        try:
+            open_url(url.rstrip('/') + '/readyz', ca_path=ca_file, client_cert=cert_file, client_key=key_file,
+                     timeout=5, use_proxy=False, use_netrc=False).close()
+            return True, None
+        except HTTPError as exc:
+            error = '%s/readyz answered %d %s' % (url.rstrip('/'), exc.code, exc.reason)
+        except (URLError, UrlsConnectionError, OSError) as exc:
+            error = '%s/readyz: %s' % (url.rstrip('/'), getattr(exc, 'reason', exc))
+        if clock() >= deadline:
+            return False, error
+        sleep(interval)
+
+
+def restart(unit, socket, paths, runtime_name, set_as_default, wait, api=None, api_wait=300.0,
+            timeout=cri.DEFAULT_TIMEOUT, transport='auto', run=subprocess.run):
+    """Restart the unit and wait until CRI answers (``wait`` seconds); then gather() again.
+
+    ``api`` (api_ready()'s url and TLS files) marks a node that serves the Kubernetes API (a k3s or RKE2
+    server): it is restarted only while the API is ready, and only reported done once the API is ready
+    again, so that restarting the servers one after another never takes the control plane down."""
+    result = {'restarted': False, 'restart_error': None, 'restarted_at': time.time(), 'api_ready': None,
+              'api_error': None}
+    if api:
+        ready, error = api_ready(wait=0, **api)
+        if not ready:
+            result.update(gather(unit, socket, paths, runtime_name, set_as_default, timeout=timeout,
+                                 transport=transport),
+                          api_ready=False, api_error=error,
+                          restart_error='not restarting %s while the Kubernetes API is not ready (%s)' % (unit, error))
+            result['finished_at'] = time.time()
+            return result
+    result['restart_error'] = restart_service(unit, run=run)
+    result['restarted'] = result['restart_error'] is None
+    result.update(gather(unit, socket, paths, runtime_name, set_as_default,
+                         timeout=timeout, wait=wait if result['restarted'] else 0, transport=transport))
+    if api and result['restarted'] and result['healthy']:
+        result['api_ready'], result['api_error'] = api_ready(wait=api_wait, **api)
+    result['finished_at'] = time.time()
+    return result

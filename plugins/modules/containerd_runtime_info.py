@@ -20,6 +20,7 @@ description:
 author: gpuready.nvidia contributors (!UNKNOWN)
 extends_documentation_fragment:
   - gpuready.nvidia.attributes
+  - gpuready.nvidia.containerd_state
 attributes:
   check_mode:
     support: full
@@ -28,45 +29,11 @@ attributes:
     support: none
   action:
     support: none
-requirements:
-  - grpcio (node, import name C(grpc)), or C(crictl) on the node's PATH
-  - systemd on the node
 options:
-  service:
-    description: The systemd unit that runs containerd (C(k3s), C(k3s-agent), C(rke2-server), C(rke2-agent) for those).
-    type: str
-    default: containerd
-  socket:
-    description: containerd's CRI socket (C(/run/k3s/containerd/containerd.sock) on k3s and RKE2).
-    type: str
-    default: /run/containerd/containerd.sock
-  config_paths:
-    description: The config files containerd reads (the main file and drop-ins); a file newer than the running
-      service needs a restart.
-    type: list
-    elements: path
-    default: [/etc/containerd/config.toml]
-  runtime_name:
-    description: The runtime that must be loaded.
-    type: str
-    default: nvidia
-  set_as_default:
-    description: Whether O(runtime_name) must be (V(true)) or must not be (V(false)) the default runtime;
-      unset does not check the default.
-    type: bool
   wait:
     description: Seconds to keep asking while the socket is missing or CRI is still starting (after a restart).
     type: float
     default: 0
-  timeout:
-    description: Seconds for one CRI call.
-    type: float
-    default: 5
-  transport:
-    description: How to ask CRI; V(auto) uses grpcio when it imports, else crictl.
-    type: str
-    choices: [auto, grpc, crictl]
-    default: auto
 """
 
 EXAMPLES = r"""
@@ -75,18 +42,16 @@ EXAMPLES = r"""
     set_as_default: true
   register: containerd_state
 
-- name: Restart when it is not
-  ansible.builtin.systemd_service:
-    name: containerd
-    state: restarted
-  when: containerd_state.restart_needed
-
-- name: After a restart, wait for CRI and check it loaded the runtime
-  gpuready.nvidia.containerd_runtime_info:
+- name: Restart when it is not, and check that it then is
+  gpuready.nvidia.containerd_restart:
     set_as_default: true
-    wait: 60
   register: containerd_after
   failed_when: not containerd_after.healthy
+  when: containerd_state.restart_needed
+
+- name: Wait up to a minute for CRI to answer (a restart made by someone else)
+  gpuready.nvidia.containerd_runtime_info:
+    wait: 60
 """
 
 RETURN = r"""
@@ -126,21 +91,12 @@ config_files:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuready.nvidia.plugins.module_utils.containerd_state import gather
+from ansible_collections.gpuready.nvidia.plugins.module_utils.containerd_state import STATE_ARGS, gather
 
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            service=dict(type='str', default='containerd'),
-            socket=dict(type='str', default='/run/containerd/containerd.sock'),
-            config_paths=dict(type='list', elements='path', default=['/etc/containerd/config.toml']),
-            runtime_name=dict(type='str', default='nvidia'),
-            set_as_default=dict(type='bool'),
-            wait=dict(type='float', default=0.0),
-            timeout=dict(type='float', default=5.0),
-            transport=dict(type='str', choices=['auto', 'grpc', 'crictl'], default='auto'),
-        ),
+        argument_spec=dict(STATE_ARGS, wait=dict(type='float', default=0.0)),
         supports_check_mode=True,
     )
     params = module.params
