@@ -3,6 +3,7 @@
 #   make test         bootstrap build sanity lint units integration docs (stops at the first failure)
 #   make <stage>      one stage (plus bootstrap and build, which are cheap when already done)
 #   make clean        remove .build and .cache/dist;  make distclean: also .venv*, .cache
+#   make demo         the README's main command: the lab (reused if up), then playbooks/site.yml against it
 #   make lab-up / lab-down / lab-env   the podman GPU-node lab by hand (lab/README.md); `make test` starts its own
 #                                      (make lab-up LAB_NODES=gpu-p4,gpu-p4-v3: other nodes)
 #
@@ -19,7 +20,7 @@ TOMLKIT_OLDEST ?= 0.15.1
 STAGE := tools/stage.sh
 
 .PHONY: test bootstrap build sanity lint units units-main units-tomlkit-oldest integration docs clean distclean
-.PHONY: lab-up lab-down lab-env
+.PHONY: lab-up lab-down lab-env demo
 
 test: bootstrap build sanity lint units integration docs
 
@@ -48,6 +49,10 @@ integration: build
 
 docs: build
 	@$(STAGE) docs tools/docs.sh
+
+# The whole fix on the lab: site.yml against it (lab up first, or reused), ending with the validation table
+demo: build
+	@tools/demo.sh $(DEMO_ARGS)
 
 # The lab (lab/lab.py): `eval "$$(make -s lab-env)"` exports KUBECONFIG, GPUREADY_LAB_INVENTORY, ...
 lab-up: bootstrap

@@ -33,6 +33,12 @@ options:
     description: Whether O(runtime_name) must be (V(true)) or must not be (V(false)) the default runtime;
       unset does not check the default.
     type: bool
+  check_runtime:
+    description: V(false) checks neither O(runtime_name) nor the default runtime, only that CRI answers and that no
+      config file is newer than the service; for after M(gpuready.nvidia.containerd_nvidia_runtime) O(state=absent),
+      which gives the files back whatever runtimes they had before.
+    type: bool
+    default: true
   timeout:
     description: Seconds for one CRI call.
     type: float

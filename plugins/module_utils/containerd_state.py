@@ -28,6 +28,7 @@ STATE_ARGS = dict(
     config_paths=dict(type='list', elements='path', default=['/etc/containerd/config.toml']),
     runtime_name=dict(type='str', default='nvidia'),
     set_as_default=dict(type='bool'),
+    check_runtime=dict(type='bool', default=True),
     timeout=dict(type='float', default=5.0),
     transport=dict(type='str', choices=['auto', 'grpc', 'crictl'], default='auto'),
 )
@@ -76,11 +77,12 @@ def config_files(paths):
     return out
 
 
-def restart_reasons(service, status, status_error, files, runtime_name, set_as_default):
+def restart_reasons(service, status, status_error, files, runtime_name, set_as_default, check_runtime=True):
     """Why containerd must restart to run what its files say; [] when it already does.
 
     ``status`` is cri.cri_status()'s dict or None (then ``status_error`` says why). ``set_as_default``
-    None means the default runtime is not checked."""
+    None means the default runtime is not checked; ``check_runtime`` False checks neither the runtime nor
+    the default (after the change was undone, the files say what the runtimes were before)."""
     reasons = []
     if service['active_state'] != 'active':
         reasons.append('%s is %s' % (service['name'], service['active_state']))
@@ -91,6 +93,8 @@ def restart_reasons(service, status, status_error, files, runtime_name, set_as_d
             reasons.append('%s changed after %s started' % (entry['path'], service['name']))
     if status is None:
         reasons.append('the CRI plugin does not answer: %s' % status_error)
+        return reasons
+    if not check_runtime:
         return reasons
     if runtime_name not in status['runtimes']:
         reasons.append('the running CRI plugin has no runtime %r (it has: %s)'
@@ -104,7 +108,7 @@ def restart_reasons(service, status, status_error, files, runtime_name, set_as_d
 
 
 def gather(unit, socket, paths, runtime_name, set_as_default, timeout=cri.DEFAULT_TIMEOUT, wait=0.0,
-           transport='auto'):
+           transport='auto', check_runtime=True):
     """Everything the role and the doctor need to decide on, and to verify, a restart."""
     service = service_state(unit)
     status, status_error = None, None
@@ -116,7 +120,7 @@ def gather(unit, socket, paths, runtime_name, set_as_default, timeout=cri.DEFAUL
     else:
         status_error = '%s is %s' % (unit, service['active_state'])
     files = config_files(paths)
-    reasons = restart_reasons(service, status, status_error, files, runtime_name, set_as_default)
+    reasons = restart_reasons(service, status, status_error, files, runtime_name, set_as_default, check_runtime)
     if status is not None:
         status = dict(status)
         status.pop('raw_config', None)
@@ -153,7 +157,7 @@ def api_ready(url, wait, ca_file=None, cert_file=None, key_file=None, interval=1
 
 
 def restart(unit, socket, paths, runtime_name, set_as_default, wait, api=None, api_wait=300.0,
-            timeout=cri.DEFAULT_TIMEOUT, transport='auto', run=subprocess.run):
+            timeout=cri.DEFAULT_TIMEOUT, transport='auto', check_runtime=True, run=subprocess.run):
     """Restart the unit and wait until CRI answers (``wait`` seconds); then gather() again.
 
     ``api`` (api_ready()'s url and TLS files) marks a node that serves the Kubernetes API (a k3s or RKE2
@@ -165,7 +169,7 @@ def restart(unit, socket, paths, runtime_name, set_as_default, wait, api=None, a
         ready, error = api_ready(wait=0, **api)
         if not ready:
             result.update(gather(unit, socket, paths, runtime_name, set_as_default, timeout=timeout,
-                                 transport=transport),
+                                 transport=transport, check_runtime=check_runtime),
                           api_ready=False, api_error=error,
                           restart_error='not restarting %s while the Kubernetes API is not ready (%s)' % (unit, error))
             result['finished_at'] = time.time()
@@ -173,7 +177,8 @@ def restart(unit, socket, paths, runtime_name, set_as_default, wait, api=None, a
     result['restart_error'] = restart_service(unit, run=run)
     result['restarted'] = result['restart_error'] is None
     result.update(gather(unit, socket, paths, runtime_name, set_as_default,
-                         timeout=timeout, wait=wait if result['restarted'] else 0, transport=transport))
+                         timeout=timeout, wait=wait if result['restarted'] else 0, transport=transport,
+                         check_runtime=check_runtime))
     if api and result['restarted'] and result['healthy']:
         result['api_ready'], result['api_error'] = api_ready(wait=api_wait, **api)
     result['finished_at'] = time.time()

@@ -157,16 +157,17 @@ def main():
     params = module.params
     state_args = (params['service'], params['socket'], params['config_paths'], params['runtime_name'],
                   params['set_as_default'])
+    state_kwargs = dict(timeout=params['timeout'], transport=params['transport'],
+                        check_runtime=params['check_runtime'])
     if module.check_mode:
-        result = gather(*state_args, timeout=params['timeout'], transport=params['transport'])
+        result = gather(*state_args, **state_kwargs)
         module.exit_json(changed=True, restarted=False, restart_error=None, api_ready=None, api_error=None,
                          restarted_at=None, finished_at=None, **result)
     api = None
     if params['api_url']:
         api = {'url': params['api_url'], 'ca_file': params['api_ca_file'],
                'cert_file': params['api_client_cert_file'], 'key_file': params['api_client_key_file']}
-    result = restart(*state_args, wait=params['wait'], api=api, api_wait=params['api_wait'],
-                     timeout=params['timeout'], transport=params['transport'])
+    result = restart(*state_args, wait=params['wait'], api=api, api_wait=params['api_wait'], **state_kwargs)
     module.exit_json(changed=result['restarted'], **result)
 
 

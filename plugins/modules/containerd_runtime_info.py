@@ -102,7 +102,7 @@ def main():
     params = module.params
     result = gather(params['service'], params['socket'], params['config_paths'], params['runtime_name'],
                     params['set_as_default'], timeout=params['timeout'], wait=params['wait'],
-                    transport=params['transport'])
+                    transport=params['transport'], check_runtime=params['check_runtime'])
     module.exit_json(changed=False, **result)
 
 

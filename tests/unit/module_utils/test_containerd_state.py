@@ -228,3 +228,13 @@ def test_the_api_not_ready_after_the_restart(monkeypatch):
     result, _calls = _restart_with(monkeypatch, ready_after=False)
     assert result['restarted'] and result['healthy'] and result['api_ready'] is False
     assert result['api_error'] == 'answered 503'
+
+
+def test_without_the_runtime_check_only_the_files_and_cri_decide():
+    """After state=absent the files hold whatever runtimes they had before us."""
+    for loaded in (cri(default='nvidia'), cri(default='', runtimes=('runc',))):
+        assert state.restart_reasons(ACTIVE, loaded, None, files(), 'nvidia', True, check_runtime=False) == []
+    assert state.restart_reasons(ACTIVE, cri(), None, files(mtime=1000.5), 'nvidia', None, check_runtime=False) == [
+        '/etc/containerd/config.toml changed after containerd started']
+    assert state.restart_reasons(ACTIVE, None, 'no socket', files(), 'nvidia', None, check_runtime=False) == [
+        'the CRI plugin does not answer: no socket']

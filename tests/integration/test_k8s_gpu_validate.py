@@ -1,0 +1,419 @@
+# -*- coding: utf-8 -*-
+"""k8s_gpu_validate and its module_utils against the Kubernetes API emulator over HTTPS: the LIST
+and WATCH of nodes, pagination, an expired watch, time-outs naming the node, the test pod (the
+test plays the kubelet), the module through ansible-playbook under exactly the RBAC its
+documentation asks for. The two tests named *lab* run the test pod on the lab's gpu-p4 for real."""
+
+from __future__ import absolute_import, division, print_function
+
+import json
+import os
+import threading
+import time
+
+import pytest
+import yaml
+
+import gfd_cases
+from fake_nvml import harness
+from k8s_emulator.client import EmulatorError
+from playbook import run_tasks
+from ansible_collections.gpuready.nvidia.plugins.module_utils import gpu_validate as gv
+
+MODULE = "gpuready.nvidia.k8s_gpu_validate"
+GPU = "nvidia.com/gpu"
+PRESENT = {"nvidia.com/gpu.present": "true"}
+# What the module's notes ask for, and nothing more.
+VALIDATOR_RULES = [
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete", "get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+]
+CUDA_IMAGE = "nvcr.io/nvidia/cuda:12.2.0-base-ubuntu22.04"
+
+
+def _node(name, capacity=None, allocatable=None, labels=None):
+    """A Node with these GPU resources (allocatable defaults to capacity), labelled as a GPU node unless labels say."""
+    labels = PRESENT if labels is None else labels
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": dict({"kubernetes.io/hostname": name}, **labels)},
+            "status": {"capacity": dict({"cpu": "8"}, **(capacity or {})),
+                       "allocatable": dict({"cpu": "8"}, **(allocatable if allocatable is not None else capacity or {}))}}
+
+
+def _set_gpus(k8s_api, name, capacity, allocatable):
+    k8s_api.patch("v1", "Node", name, {"status": {"capacity": capacity, "allocatable": allocatable}},
+                  subresource="status")
+
+
+def _later(seconds, action, *args):
+    """Run action(*args) in seconds from now, as a controller would, while the code under test waits."""
+    timer = threading.Timer(seconds, action, args)
+    timer.start()
+    return timer
+
+
+class _Recording(object):
+    """A CoreV1Api whose list_node keeps the arguments of each call (the request log has no query)."""
+
+    def __init__(self, core):
+        self.core, self.calls, self.first_resource_version = core, [], None
+
+    def list_node(self, **kwargs):
+        self.calls.append(kwargs)
+        response = self.core.list_node(**kwargs)
+        if len(self.calls) == 1:
+            body = json.loads(response.data)
+            self.first_resource_version = body["metadata"]["resourceVersion"]
+            response = _Replayed(response.data)
+        return response
+
+    def read_node(self, *args, **kwargs):
+        return self.core.read_node(*args, **kwargs)
+
+
+class _Replayed(object):
+    """A response already read, as the caller expects it."""
+
+    def __init__(self, data):
+        self.data = data
+
+    def release_conn(self):
+        pass
+
+
+@pytest.fixture(scope="module")
+def core(k8s_api):
+    from kubernetes import client, config
+    return client.CoreV1Api(config.new_client_from_config(k8s_api.kubeconfig()))
+
+
+@pytest.fixture(scope="module")
+def validator(k8s_api):
+    """An identity bound to exactly VALIDATOR_RULES, with a bearer token."""
+    k8s_api.create({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                    "metadata": {"name": "gpuready-gpu-validator"}, "rules": VALIDATOR_RULES})
+    k8s_api.create({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                    "metadata": {"name": "gpuready-gpu-validator"},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                "name": "gpuready-gpu-validator"},
+                    "subjects": [{"kind": "User", "name": "validator", "apiGroup": "rbac.authorization.k8s.io"}]})
+    return k8s_api.add_identity("validator")
+
+
+def _verbs(k8s_api, resource):
+    return [r["verb"] for r in k8s_api.requests() if r["resource"] == resource]
+
+
+# --- module_utils against the emulator -------------------------------------------------------
+
+
+def test_list_nodes_pages_through_every_node(k8s_api, core):
+    names = ["val-page-%d" % i for i in range(5)]
+    for name in names:
+        k8s_api.create(_node(name, labels={"gpuready.test/validate": "pages"}))
+    k8s_api.clear_requests()
+    nodes, resource_version = gv.list_nodes(core, "gpuready.test/validate=pages", page_size=2)
+    assert sorted(n["metadata"]["name"] for n in nodes) == names
+    assert int(resource_version) > 0
+    assert _verbs(k8s_api, "nodes") == ["list", "list", "list"]  # 2 + 2 + 1
+
+
+def test_list_restarts_when_the_continue_token_expired(k8s_api, core):
+    for i in range(3):
+        k8s_api.create(_node("val-expire-%d" % i, labels={"gpuready.test/validate": "expire"}))
+    k8s_api.clear_requests()
+    tokens = []
+
+    def list_expiring_once(**kwargs):
+        """core.list_node, whose first continued page answers 410 as after a compaction."""
+        tokens.append(kwargs.get("_continue"))
+        if kwargs.get("_continue") and tokens.count(None) == 1:
+            k8s_api.inject(verb="list", resource="nodes", status=410, count=1)
+        return core.list_node(**kwargs)
+
+    nodes, _rv = gv.list_objects(list_expiring_once, "gpuready.test/validate=expire", page_size=1)
+    assert sorted(n["metadata"]["name"] for n in nodes) == ["val-expire-0", "val-expire-1", "val-expire-2"]
+    assert tokens.count(None) == 2  # listed again from the start after the 410
+    assert [r["code"] for r in k8s_api.requests() if r["resource"] == "nodes"] == [200, 410, 200, 200, 200]
+
+
+def test_the_watch_sees_the_status_change(k8s_api, core):
+    k8s_api.create(_node("val-watch-1"))
+    k8s_api.clear_requests()
+    timer = _later(1.0, _set_gpus, k8s_api, "val-watch-1", {GPU: "4"}, {GPU: "4"})
+    started = time.monotonic()
+    api = _Recording(core)
+    rows = gv.wait_for_resources(api, {"val-watch-1": {GPU: 4}}, timeout=30, gpus={"val-watch-1": 4})
+    timer.join()
+    assert time.monotonic() - started < 10
+    assert rows == [{"node": "val-watch-1", "gpus": 4, "expected": {GPU: 4}, "capacity": {GPU: 4},
+                     "allocatable": {GPU: 4}, "unhealthy": {}, "ok": True, "problem": None}]
+    # One LIST, then the watch from its resourceVersion: no polling.
+    verbs = _verbs(k8s_api, "nodes")
+    assert verbs[0] == "list" and set(verbs[1:]) == {"watch"}, verbs
+    listed, watched = api.calls[0], api.calls[1]
+    assert watched["watch"] is True and watched["label_selector"] == listed["label_selector"] == gv.DEFAULT_SELECTOR
+    assert watched["resource_version"] == api.first_resource_version
+
+
+def test_an_expired_watch_lists_again(k8s_api, core):
+    k8s_api.create(_node("val-gone-1"))
+    k8s_api.clear_requests()
+    k8s_api.inject(verb="watch", resource="nodes", status=410, count=1)
+    timer = _later(1.5, _set_gpus, k8s_api, "val-gone-1", {GPU: "2"}, {GPU: "2"})
+    rows = gv.wait_for_resources(core, {"val-gone-1": {GPU: 2}}, timeout=30)
+    timer.join()
+    assert rows[0]["ok"] is True, rows
+    verbs = [(r["verb"], r["code"]) for r in k8s_api.requests() if r["resource"] == "nodes"]
+    assert verbs[:3] == [("list", 200), ("watch", 410), ("list", 200)], verbs
+
+
+def test_timeout_names_the_node_and_the_missing_resource(k8s_api, core):
+    k8s_api.create(_node("val-late-1"))
+    started = time.monotonic()
+    rows = gv.wait_for_resources(core, {"val-late-1": {GPU: 4}}, timeout=2)
+    assert 2 <= time.monotonic() - started < 10
+    assert rows[0]["ok"] is False
+    assert rows[0]["problem"] == ("node val-late-1: no nvidia.com/gpu (expected 4); "
+                                  "the NVIDIA device plugin has not registered there")
+
+
+def test_capacity_above_allocatable_is_reported_unhealthy(k8s_api, core):
+    k8s_api.create(_node("val-sick-1", {GPU: "4"}, {GPU: "3"}))
+    rows = gv.wait_for_resources(core, {"val-sick-1": {GPU: 4}}, timeout=1)
+    assert rows[0]["unhealthy"] == {GPU: 1} and rows[0]["capacity"] == {GPU: 4} and rows[0]["allocatable"] == {GPU: 3}
+    assert rows[0]["problem"] == "node val-sick-1: 1 of 4 nvidia.com/gpu unhealthy (allocatable 3)"
+
+
+def test_missing_and_unselected_nodes_are_told_apart(k8s_api, core):
+    k8s_api.create(_node("val-unlabelled-1", {GPU: "1"}, labels={}))
+    rows = gv.wait_for_resources(core, {"val-unlabelled-1": {GPU: 1}, "val-nowhere-1": {GPU: 1}}, timeout=1)
+    assert [r["problem"] for r in rows] == [
+        "node val-nowhere-1: no such Node in the cluster",
+        "node val-unlabelled-1: the Node does not match the label selector nvidia.com/gpu.present=true"]
+
+
+def _play_kubelet(k8s_api, namespace, name, phase, log, seen):
+    """Wait for the pod, then do what a kubelet would: its log, then its phase. Keeps the pod as created."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            pod = k8s_api.get("v1", "Pod", name, namespace=namespace)
+        except EmulatorError:  # not created yet, or the leftover just deleted
+            pod = None
+        if pod:
+            if pod["metadata"]["uid"] != seen.get("leftover_uid"):
+                seen["pod"] = pod
+                k8s_api.set_pod_log(namespace, name, log)
+                k8s_api.patch("v1", "Pod", name, {"status": {"phase": phase}}, namespace=namespace,
+                              subresource="status")
+                return
+        time.sleep(0.2)
+
+
+def test_run_test_pod_replaces_a_leftover_and_deletes_its_pod(k8s_api, core):
+    k8s_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "val-pods"}})
+    leftover = k8s_api.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "val-pod-1", "namespace": "val-pods"},
+                               "spec": {"containers": [{"name": "old", "image": "x"}]}})
+    seen = {"leftover_uid": leftover["metadata"]["uid"]}
+    kubelet = threading.Thread(target=_play_kubelet, args=(k8s_api, "val-pods", "val-pod-1", "Succeeded",
+                                                           "GPU 0: Tesla P4 (UUID: GPU-0)\n", seen))
+    kubelet.start()
+    result = gv.run_test_pod(core, "val-pods", "val-pod-1", CUDA_IMAGE, GPU, runtime_class="nvidia",
+                             node_name="val-watch-1", timeout=30, products=["Tesla P4"])
+    kubelet.join()
+    assert result["ok"] is True and result["phase"] == "Succeeded" and result["product_found"] is True, result
+    assert result["log"] == "GPU 0: Tesla P4 (UUID: GPU-0)\n"
+    assert seen["pod"]["spec"]["runtimeClassName"] == "nvidia"
+    assert seen["pod"]["spec"]["containers"][0]["resources"]["limits"] == {GPU: "1"}
+    assert not k8s_api.exists("v1", "Pod", "val-pod-1", namespace="val-pods")
+
+
+def test_a_pod_that_never_runs_times_out_and_is_deleted(k8s_api, core):
+    started = time.monotonic()
+    result = gv.run_test_pod(core, "default", "val-pod-stuck", CUDA_IMAGE, "example.com/none", timeout=2)
+    assert 2 <= time.monotonic() - started < 10
+    assert result["ok"] is False and result["phase"] == "Pending"
+    assert result["problem"] == ("test pod default/val-pod-stuck asking for 1 example.com/none did not finish "
+                                 "within 2 s (phase Pending)")
+    assert not k8s_api.exists("v1", "Pod", "val-pod-stuck", namespace="default")
+
+
+# --- the module through ansible-playbook -----------------------------------------------------
+
+
+def _run(tmp_path, args, identity, check_mode=False):
+    task = {"name": "Validate", MODULE: dict(args, kubeconfig=identity.kubeconfig), "register": "result",
+            "ignore_errors": True}
+    if check_mode:
+        task["check_mode"] = True
+    proc, results = run_tasks(str(tmp_path), [task])
+    return proc, results["result"]
+
+
+def test_module_passes_unchanged_and_writes_the_report(tmp_path, k8s_api, validator):
+    k8s_api.create(_node("val-mod-1", {GPU: "4"}))
+    k8s_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "val-mod"}})
+    seen = {}
+    kubelet = threading.Thread(target=_play_kubelet, args=(k8s_api, "val-mod", "gpuready-gpu-test-val-mod-1",
+                                                           "Succeeded", "GPU 0: Tesla P4 (UUID: GPU-0)\n", seen))
+    kubelet.start()
+    report = tmp_path / "report.json"
+    proc, result = _run(tmp_path, {"expected": {"val-mod-1": {GPU: 4}}, "products": {"val-mod-1": "Tesla P4"},
+                                   "gpus": {"val-mod-1": 4}, "namespace": "val-mod", "runtime_class": "nvidia",
+                                   "test_pod_timeout": 30, "report_path": str(report)}, validator)
+    kubelet.join()
+    assert not result.get("failed"), proc.stdout
+    assert result["changed"] is False
+    assert result["table"] == [
+        "node       GPUs  expected          capacity          allocatable       test pod",
+        "val-mod-1  4     nvidia.com/gpu=4  nvidia.com/gpu=4  nvidia.com/gpu=4  passed: Tesla P4"]
+    written = json.loads(report.read_text())
+    assert written["passed"] is True and written["problems"] == []
+    assert written["nodes"] == result["rows"] and written["nodes"][0]["test_pod"]["product_found"] is True
+    assert seen["pod"]["spec"]["runtimeClassName"] == "nvidia"
+    assert not k8s_api.exists("v1", "Pod", "gpuready-gpu-test-val-mod-1", namespace="val-mod")
+
+
+def test_module_fails_naming_the_node_and_still_writes_the_report(tmp_path, k8s_api, validator):
+    k8s_api.create(_node("val-mod-2", {GPU: "8"}, {GPU: "6"}))
+    k8s_api.create(_node("val-mod-3", {GPU: "8"}))
+    report = tmp_path / "report.json"
+    k8s_api.clear_requests()
+    proc, result = _run(tmp_path, {"expected": {"val-mod-2": {GPU: 8}, "val-mod-3": {GPU: 8}}, "timeout": 2,
+                                   "test_pod": False, "report_path": str(report)}, validator)
+    assert result["failed"] is True and result["changed"] is False, proc.stdout
+    assert result["msg"] == "GPU validation failed: node val-mod-2: 2 of 8 nvidia.com/gpu unhealthy (allocatable 6)"
+    assert [r["ok"] for r in result["rows"]] == [False, True]
+    assert json.loads(report.read_text())["problems"] == ["node val-mod-2: 2 of 8 nvidia.com/gpu unhealthy "
+                                                          "(allocatable 6)"]
+    assert not [r for r in k8s_api.requests() if r["resource"] == "pods"]
+
+
+def test_module_in_check_mode_asks_nothing(tmp_path, k8s_api, validator):
+    k8s_api.clear_requests()
+    report = tmp_path / "report.json"
+    proc, result = _run(tmp_path, {"expected": {"val-mod-1": {GPU: 4}}, "report_path": str(report)}, validator,
+                        check_mode=True)
+    assert result["skipped"] is True and result["changed"] is False, proc.stdout
+    assert not result.get("failed")
+    assert k8s_api.requests() == [] and not report.exists()
+
+
+def test_module_refuses_a_count_that_is_not_a_whole_number(tmp_path, k8s_api, validator):
+    k8s_api.clear_requests()
+    proc, result = _run(tmp_path, {"expected": {"val-mod-1": {GPU: "four"}}}, validator)
+    assert result["failed"] is True, proc.stdout
+    assert result["msg"] == "expected.val-mod-1.nvidia.com/gpu must be a whole number, got 'four'"
+    assert k8s_api.requests() == []
+
+
+# --- the role, on localhost standing for a GPU node with the seed's 4 Tesla P4 -----------------
+
+
+@pytest.fixture(scope="module")
+def seed_node(tmp_path_factory):
+    """The seed case's node for nvidia_gpu_facts: a fake NVML library, sysfs and DMI file."""
+    root = str(tmp_path_factory.mktemp("seed-node"))
+    library_dir = os.path.join(root, "lib")
+    os.mkdir(library_dir)
+    harness.build(library_dir)
+    case = next(c for _n, c in gfd_cases.all_cases() if c["name"].startswith("seed-4x-tesla-p4"))
+    return dict(harness.node_from_case(case, os.path.join(root, "node")), library_dir=library_dir)
+
+
+def _role_tasks(seed_node, role_vars, check_mode=False):
+    include = {"name": "gpuready.nvidia.validate"}
+    if check_mode:
+        include["apply"] = {"check_mode": True}
+    return [
+        {"name": "Gather the seed node's GPU facts", "gpuready.nvidia.nvidia_gpu_facts": {
+            "sysfs_root": seed_node["sysfs_root"], "dmi_product_file": seed_node["dmi_product_file"]},
+         "environment": {"LD_LIBRARY_PATH": seed_node["library_dir"], "FAKE_NVML_CONFIG": seed_node["config"]}},
+        {"name": "The role", "ansible.builtin.include_role": include, "vars": role_vars},
+        {"name": "What the role's validation registered", "ansible.builtin.debug": {"var": "validate_result"},
+         "register": "role"},
+    ]
+
+
+def test_role_validates_the_node_from_its_facts(tmp_path, k8s_api, validator, seed_node):  # pylint: disable=redefined-outer-name
+    k8s_api.create(_node("val-role-1", {GPU: "4"}))
+    k8s_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "val-role"}})
+    seen = {}
+    kubelet = threading.Thread(target=_play_kubelet, args=(k8s_api, "val-role", "gpuready-gpu-test-val-role-1",
+                                                           "Succeeded", "GPU 0: Tesla P4 (UUID: GPU-0)\n", seen))
+    kubelet.start()
+    report = tmp_path / "report.json"
+    proc, results = run_tasks(str(tmp_path), _role_tasks(seed_node, {
+        "validate_gpu_group": "all", "gpuready_node_name": "val-role-1", "gpuready_namespace": "val-role",
+        "gpuready_k8s_kubeconfig": validator.kubeconfig, "gpuready_set_as_default": False,
+        "validate_timeout": 30, "validate_test_pod_timeout": 30, "validate_report_path": str(report)}))
+    kubelet.join()
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    result = results["role"]["validate_result"]
+    assert result["changed"] is False and result["problems"] == []
+    assert result["rows"][0]["expected"] == {GPU: 4} and result["rows"][0]["gpus"] == 4
+    assert result["table"][1].split() == ["val-role-1", "4", "nvidia.com/gpu=4", "nvidia.com/gpu=4",
+                                          "nvidia.com/gpu=4", "passed:", "Tesla", "P4"]
+    assert "passed: Tesla P4" in proc.stdout  # the table is printed
+    # runc stays containerd's default here, so the test pod names the RuntimeClass
+    assert seen["pod"]["spec"]["runtimeClassName"] == "nvidia"
+    assert json.loads(report.read_text())["passed"] is True
+    assert "changed=1 " in proc.stdout.split("PLAY RECAP")[1]  # run_tasks' own saving of the results only
+
+
+def test_role_in_check_mode_skips_the_validation(tmp_path, k8s_api, validator, seed_node):  # pylint: disable=redefined-outer-name
+    k8s_api.clear_requests()
+    proc, results = run_tasks(str(tmp_path), _role_tasks(seed_node, {
+        "validate_gpu_group": "all", "gpuready_node_name": "val-role-absent",
+        "gpuready_k8s_kubeconfig": validator.kubeconfig, "validate_timeout": 600}, check_mode=True))
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert results["role"]["validate_result"]["skipped"] is True
+    assert k8s_api.requests() == []
+
+
+# --- the test pod in the lab (a real kubelet, containerd and the device plugin on gpu-p4) -------
+
+LAB_NODE = "gpu-p4"
+PLUGIN_MANIFEST = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "manifests",
+                               "nvidia-device-plugin-v0.20.0.yml")
+
+
+@pytest.fixture(scope="module")
+def lab_plugin(lab, k8s_api, core):  # pylint: disable=unused-argument
+    """The upstream device plugin on the lab through a RuntimeClass nvidia (runc stays containerd's
+    default on gpu-p4), until gpu-p4 advertises its 4 GPUs; removed afterwards."""
+    k8s_api.create({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"},
+                    "handler": "nvidia"})
+    with open(PLUGIN_MANIFEST) as handle:
+        plugin = yaml.safe_load(handle)
+    plugin["spec"]["template"]["spec"]["runtimeClassName"] = "nvidia"
+    k8s_api.create(plugin)
+    namespace = plugin["metadata"]["namespace"]
+    try:
+        rows = gv.wait_for_resources(core, {LAB_NODE: {GPU: 4}}, label_selector="kubernetes.io/hostname=" + LAB_NODE,
+                                     timeout=180)
+        assert rows[0]["ok"], rows
+        yield
+    finally:
+        k8s_api.delete("apps/v1", "DaemonSet", plugin["metadata"]["name"], namespace=namespace)
+        k8s_api.delete("node.k8s.io/v1", "RuntimeClass", "nvidia")
+
+
+def test_lab_test_pod_runs_nvidia_smi_and_names_the_product(k8s_api, core, lab_plugin):  # pylint: disable=unused-argument
+    result = gv.run_test_pods(core, [{"node": LAB_NODE, "resource": GPU, "products": ["Tesla P4"]}], "default",
+                              CUDA_IMAGE, runtime_class="nvidia", timeout=120)[0]
+    assert result["ok"] is True and result["phase"] == "Succeeded", result
+    assert result["product"] == "Tesla P4" and result["log"].count("Tesla P4") == 1, result["log"]
+    assert not k8s_api.exists("v1", "Pod", gv.pod_name_for(LAB_NODE), namespace="default")
+
+
+def test_lab_test_pod_for_a_resource_nobody_advertises_times_out(k8s_api, core, lab_plugin):  # pylint: disable=unused-argument
+    result = gv.run_test_pods(core, [{"node": LAB_NODE, "resource": "example.com/none"}], "default", CUDA_IMAGE,
+                              runtime_class="nvidia", timeout=15)[0]
+    assert result["ok"] is False and result["phase"] == "Pending", result
+    assert result["problem"].startswith("node gpu-p4: test pod default/gpuready-gpu-test-gpu-p4 asking for 1 "
+                                        "example.com/none did not finish within 15 s (not scheduled: ")
+    assert "Insufficient example.com/none" in result["problem"]
+    assert not k8s_api.exists("v1", "Pod", gv.pod_name_for(LAB_NODE), namespace="default")
