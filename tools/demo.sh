@@ -28,5 +28,6 @@ ansible-playbook -i "$GPUREADY_LAB_INVENTORY" gpuready.nvidia.site \
     -e node_python_wheels_dir="$PWD/$demo/wheels" -e node_python_update_cache=false \
     -e container_toolkit_apt_repo_url="http://127.0.0.1:$(cat "$demo/apt-repo.port")/repo" \
     -e container_toolkit_gpg_key="$PWD/$demo/apt-repo/gpgkey.asc" \
+    -e node_labels_sysfs_root=/var/lib/nvidia-fake/sys -e node_labels_dmi_product_file=/var/lib/nvidia-fake/product_name \
     -e validate_report_path="$PWD/$demo/validation.json" \
     "$@"
