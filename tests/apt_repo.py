@@ -204,10 +204,10 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-def serve(out_dir):
-    """Serves out_dir over HTTP on 127.0.0.1 (a free port) from a thread; returns (url, stop)."""
+def serve(out_dir, port=0):
+    """Serves out_dir over HTTP on 127.0.0.1 (port 0: a free one) from a thread; returns (url, stop)."""
     handler = functools.partial(_QuietHandler, directory=os.path.abspath(out_dir))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, name="apt-repo-http", daemon=True)
     thread.start()
@@ -220,8 +220,8 @@ def serve(out_dir):
     return "http://127.0.0.1:%d" % server.server_address[1], stop
 
 
-def _serve_forever(out_dir, port_file):
-    url, stop = serve(out_dir)
+def _serve_forever(out_dir, port_file, port=0):
+    url, stop = serve(out_dir, port)
     done = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_args: done.set())
@@ -252,12 +252,13 @@ def main(argv=None):
     serve_cmd = sub.add_parser("serve", help="serve DIR on 127.0.0.1 until SIGTERM or SIGINT")
     serve_cmd.add_argument("dir")
     serve_cmd.add_argument("--port-file", help="write the port here once listening (removed at exit)")
+    serve_cmd.add_argument("--port", type=int, default=0, help="listen on this port (default: a free one)")
     args = parser.parse_args(argv)
     if args.command == "build":
         result = build(args.dir, versions=tuple(v for v in args.versions.split(",") if v))
         print(json.dumps(result, indent=2))
         return 0
-    return _serve_forever(args.dir, args.port_file)
+    return _serve_forever(args.dir, args.port_file, args.port)
 
 
 if __name__ == "__main__":
