@@ -60,3 +60,23 @@ def test_preflight_first_and_settings_dependency(role):
     assert os.path.exists(os.path.join(ROLES_DIR, role, 'tasks', 'preflight.yml'))
     assert {'role': 'gpuready.nvidia.gpuready'} in _load(role, 'meta', 'main.yml')['dependencies']
     assert os.path.exists(os.path.join(ROLES_DIR, role, 'README.md'))
+
+
+def _registered(tasks):
+    for task in tasks or []:
+        if 'register' in task:
+            yield task['register']
+        for key in ('block', 'rescue', 'always'):
+            for name in _registered(task.get(key)):
+                yield name
+
+
+@pytest.mark.parametrize('role', ROLES)
+def test_no_task_registers_over_a_role_variable(role):
+    """A registered result outranks role defaults: `register: containerd_runtime_state` once hid the
+    role's containerd_runtime_state (present/absent) from every later task."""
+    defaults = set(_load(role, 'defaults', 'main.yml') or {})
+    tasks_dir = os.path.join(ROLES_DIR, role, 'tasks')
+    for name in sorted(os.listdir(tasks_dir)) if os.path.isdir(tasks_dir) else []:
+        clashes = defaults.intersection(_registered(_load(role, 'tasks', name)))
+        assert not clashes, '%s/tasks/%s registers %s' % (role, name, sorted(clashes))
