@@ -527,6 +527,16 @@ def _new_runtime_table(entry):
     return _to_item(entry)
 
 
+def _inline(value):
+    """A table as one line (an inline table), to record it in a comment."""
+    if not _is_table(value):
+        return tomlkit.item(value)
+    table = tomlkit.inline_table()
+    for key, sub in value.items():
+        table[key] = _inline(sub)
+    return table
+
+
 # ---------------------------------------------------------------- the edits
 
 class _Editor(object):
@@ -588,9 +598,11 @@ class _Editor(object):
             runtimes = _ensure_path(self.doc, self.runtimes_path)
             self._declare_runc_if_dropped(runtimes)
         if name in runtimes:
-            _sync_table(runtimes[name], entry)
+            self._update_existing_runtime(runtimes, name, entry)
         else:
-            _insert(self.doc, runtimes, name, _new_runtime_table(entry))
+            table = _new_runtime_table(entry)
+            _set_mark(table)  # ours: absent deletes it
+            _insert(self.doc, runtimes, name, table)
 
         ctr = self.table(self.ctr_path)
         if request.set_as_default is True:
@@ -601,6 +613,16 @@ class _Editor(object):
         if request.enable_cdi:
             # D2: also on version 1 the key belongs on the plugin table (plugins.cri.enable_cdi).
             _set_value(self.doc, self.table(self.cri_path), "enable_cdi", True)
+
+    def _update_existing_runtime(self, runtimes, name, entry):
+        """A runtime declared before us: sync it, recording the original on its header so absent can
+        give it back (a header-less table has nowhere to hold the note; absent then keeps our version)."""
+        original = plain(runtimes[name])
+        table = _item(runtimes, name)
+        if not _sync_table(runtimes[name], entry) or _mark_of(table) is not None:
+            return
+        if isinstance(table, _Table) and not table.is_super_table():
+            _set_mark(table, "was " + _inline(original).as_string())
 
     def _refuse_deprecated_default_runtime(self):
         legacy = self.table(self.ctr_path + ["default_runtime"])
@@ -628,15 +650,23 @@ class _Editor(object):
         _insert(self.doc, runtimes, "runc", table)
 
     def absent(self):
+        """Undo our marked edits. A file without any of our marks (configured by nvidia-ctk or by hand)
+        loses the runtime and the default naming it, as nvidia-ctk's own cleanup does."""
         name = self.request.runtime_name
+        edited_by_us = ("# " + MARK) in self.doc.as_string()
         runtimes = self.table(self.runtimes_path)
         if runtimes is not None and name in runtimes:
-            del runtimes[name]
+            note = _mark_of(_item(runtimes, name))
+            if note is not None and note.startswith("was "):
+                _sync_table(runtimes[name], plain(tomlkit.parse("x = " + note[4:])["x"]))
+                _drop_mark(_item(runtimes, name))
+            elif note is not None or not edited_by_us:
+                del runtimes[name]
         if runtimes is not None and "runc" in runtimes and _mark_of(_item(runtimes, "runc")) is not None:
             del runtimes["runc"]
         ctr = self.table(self.ctr_path)
         if ctr is not None and self.default_name() == name:
-            if not _revert_value(ctr, "default_runtime_name"):
+            if not _revert_value(ctr, "default_runtime_name") and not edited_by_us:
                 del ctr["default_runtime_name"]
         _revert_marked(self.doc, skip_keys=("default_runtime_name",))
         _prune(self.doc)

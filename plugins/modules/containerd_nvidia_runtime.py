@@ -28,9 +28,9 @@ description:
     on a version 3/4 file omits C(runtime_root) and C(runtime_engine), which containerd 2.0 removed."
   - Option keys that differ only in case from the ones written (for example C(binaryName)) are removed,
     because containerd 1.x decodes runtime options case-insensitively.
-  - Every key or table added or changed outside the runtime entry carries a trailing comment that starts
-    with C(gpuready.nvidia), recording the old value. O(state=absent) reverts exactly those, so present
-    then absent gives back the original file.
+  - Every key or table added or changed carries a trailing comment that starts with C(gpuready.nvidia),
+    recording the old value (for a runtime entry declared before, the whole entry as an inline table).
+    O(state=absent) reverts exactly those, so present then absent gives back the original file.
   - containerd reads its config only at start; RV(restart_required) says when it must be restarted.
 author: gpuready.nvidia contributors (!UNKNOWN)
 extends_documentation_fragment:
@@ -131,7 +131,11 @@ options:
     choices: [auto, '1', '2', '3', '4']
     default: auto
   state:
-    description: V(absent) removes the runtime, its default, the drop-in and the import this module added.
+    description:
+      - V(absent) undoes what this module did. The runtime it added, the default, the drop-in and the import
+        go; a runtime declared before it is kept, with the values it had before this module rewrote it.
+      - On a file that carries none of this module's marks (configured by nvidia-ctk or by hand) it removes
+        the runtime and the default naming it, as nvidia-ctk's own cleanup does.
     type: str
     choices: [present, absent]
     default: present

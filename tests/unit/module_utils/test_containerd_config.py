@@ -95,9 +95,14 @@ def test_real_config(path):
             assert line in outcome.config_text.splitlines()
     # Second run: no change.
     assert engine.edit(outcome.config_text, request, CONFIG).config_text == outcome.config_text
+    # Absent gives the original back: the bytes, or at least the values when the file declared the
+    # runtime before us and we rewrote it (tomlkit cannot always put restored keys back in place).
+    request.state = "absent"
+    undone = engine.edit(outcome.config_text, request, CONFIG).config_text
     if "runtimes.nvidia" not in before and "runtimes.'nvidia'" not in before:
-        request.state = "absent"
-        assert engine.edit(outcome.config_text, request, CONFIG).config_text == before
+        assert undone == before
+    else:
+        assert tomllib.loads(undone) == old
 
 
 def _table_in_use(doc):
@@ -131,6 +136,46 @@ def test_marks_record_the_old_default_and_absent_restores_it():
     present = engine.edit(before, request, CONFIG)
     assert 'default_runtime_name = "nvidia"  # keep  # gpuready.nvidia: was "runc"' in present.config_text
     assert "enable_cdi = true # gpuready.nvidia" in present.config_text
+    request.state = "absent"
+    assert engine.edit(present.config_text, request, CONFIG).config_text == before
+
+
+SEED_V2 = ('version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\n'
+           '  default_runtime_name = "runc"\n'
+           '  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
+           '    runtime_type = "io.containerd.runc.v2"\n'
+           '  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]  # from the driver bundle\n'
+           '    runtime_type = "io.containerd.runc.v2"\n'
+           '    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]\n'
+           '      BinaryName = "%s"\n')
+
+
+def test_absent_keeps_a_runtime_declared_before_us():
+    """The classic broken node: nvidia declared, not the default. Undoing our fix keeps the declaration."""
+    before = SEED_V2 % "/usr/bin/nvidia-container-runtime"
+    request = engine.Request(set_as_default=True)
+    present = engine.edit(before, request, CONFIG)
+    assert "nvidia] # gpuready" not in present.config_text  # the entry was already right: unmarked
+    request.state = "absent"
+    assert engine.edit(present.config_text, request, CONFIG).config_text == before
+
+
+def test_absent_restores_a_runtime_we_rewrote():
+    before = SEED_V2 % "/opt/old/nvidia-container-runtime"
+    request = engine.Request(set_as_default=True)
+    present = engine.edit(before, request, CONFIG)
+    assert 'gpuready.nvidia: was {runtime_type = "io.containerd.runc.v2", options = {BinaryName = ' \
+        '"/opt/old/nvidia-container-runtime"}}' in present.config_text
+    assert engine.edit(present.config_text, request, CONFIG).config_text == present.config_text
+    request.state = "absent"
+    assert engine.edit(present.config_text, request, CONFIG).config_text == before
+
+
+def test_absent_removes_a_runtime_we_added():
+    before = SEED_V2.split("  [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]")[0]
+    request = engine.Request(set_as_default=False)
+    present = engine.edit(before, request, CONFIG)
+    assert "runtimes.nvidia] # gpuready.nvidia\n" in present.config_text
     request.state = "absent"
     assert engine.edit(present.config_text, request, CONFIG).config_text == before
 
