@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 """roles/gpuready/files/clusterrole.yml covers every object the roles apply: each kind their templates
 render (with MPS and a RuntimeClass, so that every template branch is on) may be read, created, patched and
-deleted, and the roles that NFD and GFD get may be granted (escalate, bind). The rbac Molecule scenario
+deleted, and the roles that NFD and GFD get may be granted (escalate, bind). The default Molecule scenario
 runs the playbooks under it; this test names the missing rule before a run would."""
 
 from __future__ import absolute_import, division, print_function
