@@ -35,7 +35,7 @@ options:
     type: bool
   check_runtime:
     description: V(false) checks neither O(runtime_name) nor the default runtime, only that CRI answers and that no
-      config file is newer than the service; for after M(gpuready.nvidia.containerd_nvidia_runtime) O(state=absent),
+      config file is newer than the service; for after a M(gpuready.nvidia.containerd_nvidia_runtime) run with C(state=absent),
       which gives the files back whatever runtimes they had before.
     type: bool
     default: true

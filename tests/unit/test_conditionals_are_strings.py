@@ -27,12 +27,10 @@ def _not_strings(node):
                 for item in value if isinstance(value, list) else [value]:
                     if not isinstance(item, (str, bool)):
                         yield '%s: %r' % (key, item)
-            for found in _not_strings(value):
-                yield found
+            yield from _not_strings(value)
     elif isinstance(node, list):
         for item in node:
-            for found in _not_strings(item):
-                yield found
+            yield from _not_strings(item)
 
 
 def test_files_found():

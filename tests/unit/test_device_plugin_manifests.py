@@ -145,8 +145,8 @@ def test_plugin_reads_the_mounted_config_file():
     assert env['CONFIG_FILE'] == mount['mountPath'] + '/config.yaml'
     assert 'config.yaml' in configmap['data']
     assert env['NVIDIA_MIG_MONITOR_DEVICES'] == 'all'
-    assert 'NVIDIA_MIG_MONITOR_DEVICES' not in dict((e['name'], 1) for e in _plugin(_render())['spec']['template']
-                                                      ['spec']['containers'][0]['env'])
+    default_env = _plugin(_render())['spec']['template']['spec']['containers'][0]['env']
+    assert 'NVIDIA_MIG_MONITOR_DEVICES' not in [e['name'] for e in default_env]
 
 
 def _checksums(objects):
@@ -191,8 +191,8 @@ def test_runtime_class_name_only_when_nvidia_is_not_the_default(set_as_default, 
 
 
 def test_runtime_class_object():
-    [runtime_class] = manifest_render.render(ROLE, 'runtime-class.yml.j2', {'gpuready_runtime_class': 'gpu-runtime',
-                                                                           'gpuready_runtime_name': 'nvidia-cdi'})
+    settings = {'gpuready_runtime_class': 'gpu-runtime', 'gpuready_runtime_name': 'nvidia-cdi'}
+    [runtime_class] = manifest_render.render(ROLE, 'runtime-class.yml.j2', settings)
     assert (runtime_class['metadata']['name'], runtime_class['handler']) == ('gpu-runtime', 'nvidia-cdi')
     assert runtime_class['metadata']['labels']['app.kubernetes.io/managed-by'] == 'gpuready.nvidia'
 

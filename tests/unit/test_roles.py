@@ -67,8 +67,7 @@ def _registered(tasks):
         if 'register' in task:
             yield task['register']
         for key in ('block', 'rescue', 'always'):
-            for name in _registered(task.get(key)):
-                yield name
+            yield from _registered(task.get(key))
 
 
 @pytest.mark.parametrize('role', ROLES)

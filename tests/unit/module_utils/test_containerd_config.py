@@ -172,7 +172,7 @@ def test_absent_restores_a_runtime_we_rewrote():
 
 
 def test_absent_removes_a_runtime_we_added():
-    before = SEED_V2.split("  [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]")[0]
+    before = SEED_V2.split("  [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]", maxsplit=1)[0]
     request = engine.Request(set_as_default=False)
     present = engine.edit(before, request, CONFIG)
     assert "runtimes.nvidia] # gpuready.nvidia\n" in present.config_text
