@@ -2,7 +2,8 @@
 """k8s_gpu_validate and its module_utils against the Kubernetes API emulator over HTTPS: the LIST
 and WATCH of nodes, pagination, an expired watch, time-outs naming the node, the test pod (the
 test plays the kubelet), the module through ansible-playbook under exactly the RBAC its
-documentation asks for. The two tests named *lab* run the test pod on the lab's gpu-p4 for real."""
+documentation asks for. The test pod on the lab's gpu-p4 for real is in test_lab_cluster.py (it needs the
+lab's seed state, which that file restores)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -12,7 +13,6 @@ import threading
 import time
 
 import pytest
-import yaml
 
 import gfd_cases
 from fake_nvml import harness
@@ -371,49 +371,3 @@ def test_role_in_check_mode_skips_the_validation(tmp_path, k8s_api, validator, s
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert results["role"]["validate_result"]["skipped"] is True
     assert k8s_api.requests() == []
-
-
-# --- the test pod in the lab (a real kubelet, containerd and the device plugin on gpu-p4) -------
-
-LAB_NODE = "gpu-p4"
-PLUGIN_MANIFEST = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "manifests",
-                               "nvidia-device-plugin-v0.20.0.yml")
-
-
-@pytest.fixture(scope="module")
-def lab_plugin(lab, k8s_api, core):  # pylint: disable=unused-argument
-    """The upstream device plugin on the lab through a RuntimeClass nvidia (runc stays containerd's
-    default on gpu-p4), until gpu-p4 advertises its 4 GPUs; removed afterwards."""
-    k8s_api.create({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"},
-                    "handler": "nvidia"})
-    with open(PLUGIN_MANIFEST) as handle:
-        plugin = yaml.safe_load(handle)
-    plugin["spec"]["template"]["spec"]["runtimeClassName"] = "nvidia"
-    k8s_api.create(plugin)
-    namespace = plugin["metadata"]["namespace"]
-    try:
-        rows = gv.wait_for_resources(core, {LAB_NODE: {GPU: 4}}, label_selector="kubernetes.io/hostname=" + LAB_NODE,
-                                     timeout=180)
-        assert rows[0]["ok"], rows
-        yield
-    finally:
-        k8s_api.delete("apps/v1", "DaemonSet", plugin["metadata"]["name"], namespace=namespace)
-        k8s_api.delete("node.k8s.io/v1", "RuntimeClass", "nvidia")
-
-
-def test_lab_test_pod_runs_nvidia_smi_and_names_the_product(k8s_api, core, lab_plugin):  # pylint: disable=unused-argument
-    result = gv.run_test_pods(core, [{"node": LAB_NODE, "resource": GPU, "products": ["Tesla P4"]}], "default",
-                              CUDA_IMAGE, runtime_class="nvidia", timeout=120)[0]
-    assert result["ok"] is True and result["phase"] == "Succeeded", result
-    assert result["product"] == "Tesla P4" and result["log"].count("Tesla P4") == 1, result["log"]
-    assert not k8s_api.exists("v1", "Pod", gv.pod_name_for(LAB_NODE), namespace="default")
-
-
-def test_lab_test_pod_for_a_resource_nobody_advertises_times_out(k8s_api, core, lab_plugin):  # pylint: disable=unused-argument
-    result = gv.run_test_pods(core, [{"node": LAB_NODE, "resource": "example.com/none"}], "default", CUDA_IMAGE,
-                              runtime_class="nvidia", timeout=15)[0]
-    assert result["ok"] is False and result["phase"] == "Pending", result
-    assert result["problem"].startswith("node gpu-p4: test pod default/gpuready-gpu-test-gpu-p4 asking for 1 "
-                                        "example.com/none did not finish within 15 s (not scheduled: ")
-    assert "Insufficient example.com/none" in result["problem"]
-    assert not k8s_api.exists("v1", "Pod", gv.pod_name_for(LAB_NODE), namespace="default")

@@ -18,6 +18,7 @@ import time
 import pytest
 import yaml
 
+from ansible_collections.gpuready.nvidia.plugins.module_utils import gpu_validate as gv
 from ansible_collections.gpuready.nvidia.tests.playbook import run_tasks
 
 NODE = 'gpu-p4'
@@ -343,3 +344,31 @@ def test_gfd_file_output_reaches_the_node_through_nfd_worker(lab, k8s_api, nfd_n
     assert feature['spec']['labels']['nvidia.com/gpu.product'] == 'Tesla-P4'
     assert not k8s_api.exists('nfd.k8s-sigs.io/v1alpha1', 'NodeFeature', 'nvidia-features-for-' + NODE,
                               namespace=nfd_namespace)
+
+
+def test_validation_test_pods_on_the_node(lab, k8s_api, seed_node):  # pylint: disable=unused-argument
+    """k8s_gpu_validate's test pod on gpu-p4 for real, the plugin and the pod through RuntimeClass nvidia (runc
+    stays containerd's default): nvidia-smi names the product; a resource nobody advertises times out with the
+    scheduler's reason. Both pods are deleted."""
+    from kubernetes import client, config
+    core = client.CoreV1Api(config.new_client_from_config(k8s_api.kubeconfig()))
+    k8s_api.create({'apiVersion': 'node.k8s.io/v1', 'kind': 'RuntimeClass', 'metadata': {'name': 'nvidia'},
+                    'handler': 'nvidia'})
+    k8s_api.create(plugin_manifest(runtime_class='nvidia'))
+    rows = gv.wait_for_resources(core, {NODE: {'nvidia.com/gpu': 4}}, label_selector='kubernetes.io/hostname=' + NODE,
+                                 timeout=180)
+    assert rows[0]['ok'], rows
+
+    result = gv.run_test_pods(core, [{'node': NODE, 'resource': 'nvidia.com/gpu', 'products': ['Tesla P4']}], 'default',
+                              CUDA_IMAGE, runtime_class='nvidia', timeout=120)[0]
+    assert result['ok'] is True and result['phase'] == 'Succeeded', result
+    assert result['product'] == 'Tesla P4' and result['log'].count('Tesla P4') == 1, result['log']
+    assert not k8s_api.exists('v1', 'Pod', gv.pod_name_for(NODE), namespace='default')
+
+    result = gv.run_test_pods(core, [{'node': NODE, 'resource': 'example.com/none'}], 'default', CUDA_IMAGE,
+                              runtime_class='nvidia', timeout=15)[0]
+    assert result['ok'] is False and result['phase'] == 'Pending', result
+    assert result['problem'].startswith('node gpu-p4: test pod default/gpuready-gpu-test-gpu-p4 asking for 1 '
+                                        'example.com/none did not finish within 15 s (not scheduled: ')
+    assert 'Insufficient example.com/none' in result['problem']
+    assert not k8s_api.exists('v1', 'Pod', gv.pod_name_for(NODE), namespace='default')
