@@ -21,6 +21,8 @@ __metaclass__ = type
 
 import json
 import math
+import os
+import tempfile
 import time
 
 try:
@@ -481,3 +483,32 @@ def format_table(rows):
                       _cell(row["allocatable"]), pod_cell(row.get("test_pod"))))
     widths = [max(len(line[i]) for line in table) for i in range(len(TABLE_COLUMNS))]
     return ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in table]
+
+
+def check_expected(expected):
+    """expected (Node name -> resource -> count) with whole counts, or ValueError naming the bad entry."""
+    for node, resources in expected.items():
+        if not isinstance(resources, dict):
+            raise ValueError("expected.%s must be a dict of resource name to count, got %r" % (node, resources))
+        for resource, count in resources.items():
+            try:
+                if int(count) < 0 or int(count) != float(count):
+                    raise ValueError()
+            except (TypeError, ValueError):
+                raise ValueError("expected.%s.%s must be a whole number, got %r" % (node, resource, count))
+    return dict((node, dict((r, int(c)) for r, c in resources.items())) for node, resources in expected.items())
+
+
+def write_report(path, report):
+    """Write the report atomically (a reader never sees half of it)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    handle, temporary = tempfile.mkstemp(prefix=".gpuready-report-", dir=folder)
+    try:
+        with os.fdopen(handle, "w") as stream:
+            json.dump(report, stream, indent=2, sort_keys=True)
+            stream.write("\n")
+        os.chmod(temporary, 0o644)
+        os.rename(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise

@@ -188,9 +188,6 @@ skipped:
 """
 
 import datetime
-import json
-import os
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
@@ -207,34 +204,6 @@ def _products(value):
     if value is None:
         return []
     return [value] if isinstance(value, str) else [str(v) for v in value]
-
-
-def _check_expected(expected):
-    for node, resources in expected.items():
-        if not isinstance(resources, dict):
-            raise ValueError("expected.%s must be a dict of resource name to count, got %r" % (node, resources))
-        for resource, count in resources.items():
-            try:
-                if int(count) < 0 or int(count) != float(count):
-                    raise ValueError()
-            except (TypeError, ValueError):
-                raise ValueError("expected.%s.%s must be a whole number, got %r" % (node, resource, count))
-    return dict((node, dict((r, int(c)) for r, c in resources.items())) for node, resources in expected.items())
-
-
-def _write_report(path, report):
-    """Write the report atomically (a reader never sees half of it)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    handle, temporary = tempfile.mkstemp(prefix=".gpu-validate-", dir=folder)
-    try:
-        with os.fdopen(handle, "w") as stream:
-            json.dump(report, stream, indent=2, sort_keys=True)
-            stream.write("\n")
-        os.chmod(temporary, 0o644)
-        os.rename(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
 
 
 def main():
@@ -259,7 +228,7 @@ def main():
     if not k8s_auth.HAS_KUBERNETES:
         module.fail_json(msg=missing_required_lib("kubernetes"), exception=str(k8s_auth.KUBERNETES_IMPORT_ERROR))
     try:
-        expected = _check_expected(params["expected"])
+        expected = gpu_validate.check_expected(params["expected"])
     except ValueError as exc:
         module.fail_json(msg=str(exc))
     for name in ("page_size", "timeout", "test_pod_timeout"):
@@ -291,7 +260,7 @@ def main():
               "label_selector": params["label_selector"], "problems": problems, "nodes": rows}
     if params["report_path"]:
         try:
-            _write_report(params["report_path"], report)
+            gpu_validate.write_report(params["report_path"], report)
         except (IOError, OSError) as exc:
             module.fail_json(msg="cannot write the report to %s: %s" % (params["report_path"], exc), rows=rows)
     result = dict(changed=False, rows=rows, table=gpu_validate.format_table(rows), report=report, problems=problems)

@@ -1,0 +1,355 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpuready.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The doctor (playbooks/doctor.yml) on the session lab: playbooks/site.yml fixes both nodes, the doctor
+finds every link ok, then each fault changes one real artefact on gpu-p4 (a file, a unit, a device node, an
+image, an API object), the doctor names the expected link and cause and its evidence quotes the artefact,
+and the fault is reverted before the next one.
+
+The fixed state is left behind: pytest runs the files in name order and this is the last one that uses the
+session lab (test_molecule.py starts labs of its own)."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from ansible_collections.gpuready.nvidia.tests import apt_repo, offline_wheels
+from ansible_collections.gpuready.nvidia.tests.integration.test_lab_cluster import wait_for
+
+NODE, HOST = 'gpu-p4', 'p4.lab.internal'
+OTHER = 'gpu-h100'
+NAMESPACE = 'nvidia-device-plugin'
+PLUGIN = 'nvidia-device-plugin'
+PLUGIN_LABEL = 'app.kubernetes.io/name=nvidia-device-plugin'
+FAKE_SYS = '/var/lib/nvidia-fake/sys'
+CONFIG = '/etc/containerd/config.toml'
+SAVED_CONFIG = '/root/doctor-saved-config.toml'
+NVML = '/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1'
+RUNTIME = '/usr/bin/nvidia-container-runtime'
+PLUGIN_IMAGE = 'nvcr.io/nvidia/k8s-device-plugin:v0.20.0'
+MANIFESTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'fixtures', 'manifests')
+TEST_LABEL = {'gpuready.test': 'doctor'}
+
+
+def _playbook(lab, work, playbook, extra_vars, limit=None, check=True):
+    exports = lab.exports()
+    env = dict(os.environ, CONTAINERS_CONF=exports['CONTAINERS_CONF'],
+               CONTAINERS_STORAGE_CONF=exports['CONTAINERS_STORAGE_CONF'], ANSIBLE_NOCOLOR='1')
+    extra = dict(extra_vars, gpuready_k8s_kubeconfig=exports['KUBECONFIG'],
+                 doctor_sysfs_root=FAKE_SYS, doctor_dmi_product_file='/var/lib/nvidia-fake/product_name')
+    command = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), '-i',
+               exports['GPUREADY_LAB_INVENTORY'], playbook, '-e', json.dumps(extra)]
+    if limit:
+        command += ['--limit', limit]
+    proc = subprocess.run(command, cwd=str(work), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          universal_newlines=True, timeout=1200, check=False)
+    if check:
+        assert proc.returncode == 0, proc.stdout[-8000:]
+    return proc
+
+
+class Lab(object):
+    """The session lab seen from the faults: the node gpu-p4, the API, a work folder."""
+
+    def __init__(self, lab, k8s_api, work):
+        self.lab, self.api, self.work = lab, k8s_api, work
+        self.container = lab.container(NODE)
+        self.runs = 0
+
+    def sh(self, script):
+        return self.lab.node_exec(self.container, 'sh', '-c', script)
+
+    def doctor(self, limit=HOST, **extra):
+        """The doctor playbook on limit; {Node name: report} from its JSON report."""
+        self.runs += 1
+        path = str(self.work / ('doctor-%d.json' % self.runs))
+        variables = {'doctor_fail_when_broken': False}
+        variables.update(extra, doctor_report_path=path)
+        proc = _playbook(self.lab, self.work, 'gpuready.nvidia.doctor', variables, limit)
+        with open(path) as handle:
+            return json.load(handle)['nodes'], proc.stdout
+
+    def node(self):
+        return self.api.get('v1', 'Node', NODE)
+
+    def plugin_pods(self):
+        return [p for p in self.api.list('v1', 'Pod', namespace=NAMESPACE, label_selector=PLUGIN_LABEL)
+                if p['spec'].get('nodeName') == NODE and not p['metadata'].get('deletionTimestamp')]
+
+    def no_plugin_pod(self):
+        wait_for('no device plugin pod on %s' % NODE, lambda: not self.plugin_pods(), timeout=120)
+
+    def restart_plugin(self):
+        for pod in self.plugin_pods():
+            self.api.delete('v1', 'Pod', pod['metadata']['name'], namespace=NAMESPACE)
+
+    def healthy(self):
+        """Wait until gpu-p4's plugin runs and the Node advertises and can allocate its 4 GPUs."""
+        def ready():
+            pods = self.plugin_pods()
+            statuses = [s for p in pods for s in p.get('status', {}).get('containerStatuses') or []]
+            status = self.node()['status']
+            return (len(pods) == 1 and statuses and all(s.get('ready') for s in statuses)
+                    and status['capacity'].get('nvidia.com/gpu') == '4'
+                    and status['allocatable'].get('nvidia.com/gpu') == '4')
+        wait_for('gpu-p4 healthy again', ready, timeout=240, interval=1)
+
+    def restart_containerd(self):
+        self.sh('systemctl restart containerd')
+        wait_for('CRI answers', lambda: 'active' in self.sh('systemctl is-active containerd || true'), timeout=60)
+
+
+@pytest.fixture(scope='module')
+def fixed(lab, k8s_api, tmp_path_factory):
+    """Both lab nodes after playbooks/site.yml, run as `make demo` runs it: the nodes reach no index, so the
+    wheels and a signed toolkit mirror come from this machine."""
+    work = tmp_path_factory.mktemp('doctor')
+    wheels = str(work / 'wheels')
+    offline_wheels.build(wheels)
+    repo = str(work / 'apt-repo')
+    apt_repo.build(repo)
+    url, stop = apt_repo.serve(repo)
+    try:
+        _playbook(lab, work, 'gpuready.nvidia.site', {
+            'node_python_wheels_dir': wheels, 'node_python_update_cache': False,
+            'container_toolkit_apt_repo_url': url + '/repo', 'container_toolkit_gpg_key': repo + '/gpgkey.asc',
+            'node_labels_sysfs_root': FAKE_SYS, 'node_labels_dmi_product_file': '/var/lib/nvidia-fake/product_name'})
+    finally:
+        stop()
+    state = Lab(lab, k8s_api, work)
+    state.sh('cp -p %s %s' % (CONFIG, SAVED_CONFIG))
+    state.healthy()
+    return state
+
+
+def test_a_healthy_lab_is_ok_on_every_link_and_runs_a_test_pod(fixed):
+    reports, output = fixed.doctor(limit=None, doctor_run_workload=True, doctor_fail_when_broken=True)
+    assert sorted(reports) == [OTHER, NODE]
+    for name, report in reports.items():
+        assert report['status'] == 'ok', (name, report)
+        assert set(report['links'].values()) <= {'ok', 'not_applicable'}, (name, report)
+        assert report['links']['runtime_class'] == 'not_applicable'  # nvidia is containerd's default
+        assert report['links']['workload'] == 'ok'
+    assert 'gpu-p4: ok' in output
+    # The test pod was labelled, and deleted
+    assert not fixed.api.list('v1', 'Pod', namespace=NAMESPACE, label_selector='app.kubernetes.io/name=gpuready-gpu-test')
+
+
+# -- the faults: (inject, revert) on the Lab ----------------------------------------------------------
+
+
+def _file_fault(script):
+    """A change to containerd's config file, left unloaded; reverted byte for byte (mtime too)."""
+    return (lambda s: s.sh(script), lambda s: s.sh('cp -p %s %s' % (SAVED_CONFIG, CONFIG)))
+
+
+def _move(path):
+    return (lambda s: s.sh('mv %s %s.doctor-off' % (path, path)), lambda s: s.sh('mv %s.doctor-off %s' % (path, path)))
+
+
+def _device_node(path):
+    return (lambda s: s.sh('rm %s' % path),
+            lambda s: s.sh('systemd-tmpfiles --create --boot /etc/tmpfiles.d/nvidia-fake-devices.conf'))
+
+
+def _runc_default_loaded(s):
+    s.sh("sed -i 's/default_runtime_name = \"nvidia\"/default_runtime_name = \"runc\"/' %s" % CONFIG)
+    s.restart_containerd()
+
+
+def _config_back_loaded(s):
+    s.sh('cp -p %s %s' % (SAVED_CONFIG, CONFIG))
+    s.restart_containerd()
+    s.healthy()
+
+
+def _stop_containerd(s):
+    s.sh('systemctl stop containerd')
+
+
+def _start_containerd(s):
+    s.sh('systemctl start containerd')
+    s.healthy()
+
+
+def _delete_plugin_daemonset(s):
+    s.saved = s.api.get('apps/v1', 'DaemonSet', PLUGIN, namespace=NAMESPACE)
+    s.api.delete('apps/v1', 'DaemonSet', PLUGIN, namespace=NAMESPACE)
+    s.no_plugin_pod()
+
+
+def _recreate_plugin_daemonset(s):
+    obj = s.saved
+    obj['metadata'] = dict((k, v) for k, v in obj['metadata'].items()
+                           if k in ('name', 'namespace', 'labels', 'annotations'))
+    obj.pop('status', None)
+    s.api.create(obj)
+    s.healthy()
+
+
+def _require_absent_label(s):
+    s.saved = s.api.get('apps/v1', 'DaemonSet', PLUGIN, namespace=NAMESPACE)['spec']['template']['spec']['affinity']
+    affinity = {'nodeAffinity': {'requiredDuringSchedulingIgnoredDuringExecution': {'nodeSelectorTerms': [
+        {'matchExpressions': [{'key': 'gpuready.test/doctor', 'operator': 'In', 'values': ['never']}]}]}}}
+    s.api.patch('apps/v1', 'DaemonSet', PLUGIN, {'spec': {'template': {'spec': {'affinity': affinity}}}},
+                namespace=NAMESPACE, patch_type='strategic')
+    s.no_plugin_pod()
+
+
+def _restore_affinity(s):
+    s.api.patch('apps/v1', 'DaemonSet', PLUGIN, {'spec': {'template': {'spec': {'affinity': s.saved}}}},
+                namespace=NAMESPACE, patch_type='merge')
+    s.healthy()
+
+
+TAINT = {'key': 'gpuready.test/doctor', 'value': 'fault', 'effect': 'NoExecute'}
+
+
+def _taint(s):
+    taints = s.node()['spec'].get('taints') or []
+    s.api.patch('v1', 'Node', NODE, {'spec': {'taints': taints + [TAINT]}})
+    s.no_plugin_pod()
+
+
+def _untaint(s):
+    taints = [t for t in s.node()['spec'].get('taints') or [] if t.get('key') != TAINT['key']]
+    s.api.patch('v1', 'Node', NODE, {'spec': {'taints': taints}})
+    s.healthy()
+
+
+def _remove_plugin_image(s):
+    s.sh('ctr -n k8s.io images rm %s' % PLUGIN_IMAGE)
+    s.restart_plugin()
+
+    def pulling():
+        for pod in s.plugin_pods():
+            for status in pod.get('status', {}).get('containerStatuses') or []:
+                if (status.get('state') or {}).get('waiting', {}).get('reason') in ('ErrImagePull', 'ImagePullBackOff'):
+                    return True
+        return False
+    wait_for('the new plugin pod failing to pull', pulling, timeout=120)
+
+
+def _import_plugin_image(s):
+    s.sh('ctr -n k8s.io images import /opt/lab/device-plugin.oci.tar >/dev/null')
+    s.restart_plugin()
+    s.healthy()
+
+
+def _second_plugin(s):
+    with open(os.path.join(MANIFESTS, 'nvidia-device-plugin-v0.20.0.yml')) as handle:
+        s.api.create(yaml.safe_load(handle))
+    wait_for('the second plugin on gpu-p4', lambda: [
+        p for p in s.api.list('v1', 'Pod', namespace='kube-system', label_selector='name=nvidia-device-plugin-ds')
+        if p['spec'].get('nodeName') == NODE], timeout=120)
+
+
+def _remove_second_plugin(s):
+    s.api.delete('apps/v1', 'DaemonSet', 'nvidia-device-plugin-daemonset', namespace='kube-system')
+    wait_for('the second plugin gone', lambda: not s.api.list(
+        'v1', 'Pod', namespace='kube-system', label_selector='name=nvidia-device-plugin-ds'), timeout=120)
+    # It took over the kubelet registration: ours registers again from a new pod
+    s.restart_plugin()
+    s.healthy()
+
+
+def _unschedulable_pod(s):
+    pod = {'apiVersion': 'v1', 'kind': 'Pod', 'metadata': {'name': 'doctor-five-gpus', 'namespace': 'default',
+                                                           'labels': TEST_LABEL},
+           'spec': {'nodeSelector': {'kubernetes.io/hostname': NODE}, 'containers': [
+               {'name': 'cuda', 'image': 'nvcr.io/nvidia/cuda:12.2.0-base-ubuntu22.04', 'command': ['nvidia-smi'],
+                'resources': {'limits': {'nvidia.com/gpu': 5}}}]}}
+    s.api.create(pod)
+    wait_for('FailedScheduling', lambda: s.api.list('v1', 'Event', namespace='default',
+                                                    field_selector='involvedObject.name=doctor-five-gpus'), timeout=60)
+
+
+def _delete_unschedulable_pod(s):
+    s.api.delete('v1', 'Pod', 'doctor-five-gpus', namespace='default')
+
+
+FAULTS = [
+    # (cause, link, inject/revert, what the evidence quotes)
+    ('nouveau_loaded', 'driver', (lambda s: s.sh('mkdir %s/module/nouveau' % FAKE_SYS),
+                                  lambda s: s.sh('rmdir %s/module/nouveau' % FAKE_SYS)), 'module/nouveau'),
+    ('nvidia_module_not_loaded', 'driver', _move(FAKE_SYS + '/module/nvidia'), 'module/nvidia is missing'),
+    ('nvml_library_missing', 'nvml', _move(NVML), 'libnvidia-ml.so.1'),
+    ('driver_library_version_mismatch', 'nvml',
+     (lambda s: s.sh('echo 535.216.01 > %s/module/nvidia/version' % FAKE_SYS),
+      lambda s: s.sh('rm %s/module/nvidia/version' % FAKE_SYS)), 'kernel module 535.216.01, NVML library 535.183.01'),
+    ('device_nodes_missing', 'device_nodes', _device_node('/dev/nvidia2'), '/dev/nvidia2 does not exist'),
+    ('nvidia_uvm_missing', 'device_nodes', _device_node('/dev/nvidia-uvm'), '/dev/nvidia-uvm does not exist'),
+    ('runtime_binary_missing', 'toolkit', _move(RUNTIME), 'BinaryName = "/usr/bin/nvidia-container-runtime"'),
+    ('containerd_config_invalid', 'containerd_config', _file_fault('echo "[plugins" >> %s' % CONFIG), CONFIG),
+    ('cri_plugin_disabled', 'containerd_config',
+     _file_fault("sed -i '1i disabled_plugins = [\"cri\"]' %s" % CONFIG), 'disabled_plugins = ["cri"]'),
+    ('nvidia_runtime_not_configured', 'containerd_config', _file_fault('echo "version = 2" > %s' % CONFIG),
+     'no [plugins.*.containerd.runtimes.nvidia] table'),
+    ('runtime_in_wrong_table', 'containerd_config',
+     _file_fault("sed -i 's/io.containerd.grpc.v1.cri/io.containerd.cri.v1.runtime/' %s" % CONFIG),
+     'plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia'),
+    ('systemd_cgroup_mismatch', 'containerd_config',
+     _file_fault("sed -i 's/SystemdCgroup = true/SystemdCgroup = false/' %s" % CONFIG), 'SystemdCgroup = false'),
+    ('containerd_not_restarted', 'containerd_runtime_loaded',
+     _file_fault("sed -i 's/default_runtime_name = \"nvidia\"/default_runtime_name = \"runc\"/' %s" % CONFIG),
+     'default_runtime_name = "runc"'),
+    ('containerd_not_running', 'containerd_runtime_loaded', (_stop_containerd, _start_containerd),
+     'containerd is inactive'),
+    ('cri_unreachable', 'containerd_runtime_loaded', _move('/run/containerd/containerd.sock'),
+     '/run/containerd/containerd.sock'),
+    ('default_runtime_not_nvidia', 'runtime_class', (_runc_default_loaded, _config_back_loaded),
+     'DaemonSet nvidia-device-plugin/nvidia-device-plugin has no spec.template.spec.runtimeClassName'),
+    ('device_plugin_not_deployed', 'plugin_scheduled', (_delete_plugin_daemonset, _recreate_plugin_daemonset),
+     'no DaemonSet'),
+    ('plugin_affinity_no_match', 'plugin_scheduled', (_require_absent_label, _restore_affinity),
+     'gpuready.test/doctor In'),
+    ('taint_not_tolerated', 'plugin_scheduled', (_taint, _untaint), 'taint gpuready.test/doctor=fault:NoExecute'),
+    ('plugin_image_pull_failed', 'plugin_running', (_remove_plugin_image, _import_plugin_image), PLUGIN_IMAGE),
+    ('two_device_plugins', 'plugin_scheduled', (_second_plugin, _remove_second_plugin),
+     'kube-system/nvidia-device-plugin-daemonset'),
+    ('plugin_not_registered', 'kubelet_registration',
+     (lambda s: s.sh('rm /var/lib/kubelet/device-plugins/nvidia-gpu.sock'), lambda s: (s.restart_plugin(), s.healthy())),
+     'no nvidia*.sock'),
+    ('gpu_request_unschedulable', 'workload', (_unschedulable_pod, _delete_unschedulable_pod),
+     'Insufficient nvidia.com/gpu'),
+]
+
+
+def test_at_least_twenty_causes_are_reproduced():
+    assert len(set(cause for cause, _link, _change, _quoted in FAULTS)) >= 20
+
+
+@pytest.mark.parametrize('cause, link, change, quoted', FAULTS, ids=[f[0] for f in FAULTS])
+def test_a_fault_is_named_with_its_evidence(fixed, cause, link, change, quoted):
+    inject, revert = change
+    inject(fixed)
+    try:
+        reports, output = fixed.doctor()
+    finally:
+        revert(fixed)
+    report = reports[NODE]
+    assert (report['first_broken_link'], report['cause']) == (link, cause), output[-6000:]
+    assert any(quoted in line for line in report['evidence']), report['evidence']
+    assert report['links'][link] == 'broken' and report['fix']
+    assert 'gpu-p4: BROKEN at %s (%s)' % (link, cause) in output
+
+
+def test_a_failed_validation_ends_with_the_doctor(fixed):
+    # Settings that promise 4 replicas per GPU, which the deployed plugin does not give: validation fails
+    # at capacity, and the doctor, run by the validate role, names that link before the play fails.
+    sharing = {'strategy': 'time-slicing', 'resources': [{'name': 'nvidia.com/gpu', 'replicas': 4}]}
+    proc = _playbook(fixed.lab, fixed.work, 'gpuready.nvidia.validate',
+                     {'gpuready_sharing': sharing, 'validate_timeout': 5, 'validate_test_pod': False},
+                     limit=HOST, check=False)
+    assert proc.returncode != 0
+    assert 'gpu-p4: BROKEN at capacity (capacity_mismatch)' in proc.stdout, proc.stdout[-6000:]
+    assert 'evidence: Node gpu-p4 status.capacity nvidia.com/gpu: 4; expected 16 (4 GPUs)' in proc.stdout
+    assert proc.stdout.index('BROKEN at capacity') < proc.stdout.index('Fail as validation did')
