@@ -785,10 +785,13 @@ def _check_drop_in(drop_in_path, drop_in_text, config_path, version):
 
 # ---------------------------------------------------------------- entry point
 
-def _dumps(doc, filename):
+def _dumps(doc, filename, original=None):
     """Render, then prove that the text reads back as the same data: tomlkit cannot always lay out
-    an edit of a file whose tables are split in unusual orders, and we write nothing then."""
+    an edit of a file whose tables are split in unusual orders, and we write nothing then. Text equal
+    to the original (a no-op run) is what was parsed, so it needs no second parse."""
     text = tomlkit.dumps(doc)
+    if text == original:
+        return text
     try:
         same = _same(tomlkit.parse(text), plain(doc))
     except Exception:  # any parse failure means the same: not faithful
@@ -839,7 +842,7 @@ def edit(config_text, request, config_path="/etc/containerd/config.toml", drop_i
         if config_text is None or (_document_is_empty(doc) and _created_by_us(config_text)):
             outcome.config_text = None
         else:
-            outcome.config_text = _dumps(doc, config_path)
+            outcome.config_text = _dumps(doc, config_path, config_text)
         return outcome
 
     if is_empty:
@@ -848,7 +851,7 @@ def edit(config_text, request, config_path="/etc/containerd/config.toml", drop_i
     if drop_in_path is None:
         editor.present()
         _finish(outcome, editor)
-        outcome.config_text = _dumps(doc, config_path)
+        outcome.config_text = _dumps(doc, config_path, config_text)
         return outcome
 
     if not imports_cover(editor.imports(), drop_in_path, config_path):
@@ -857,7 +860,7 @@ def edit(config_text, request, config_path="/etc/containerd/config.toml", drop_i
         outcome.warnings.append(
             "%s still declares %s; containerd 2.x merges it under the drop-in's entry"
             % (config_path, _dotted(editor.runtimes_path + [request.runtime_name])))
-    outcome.config_text = _dumps(doc, config_path)
+    outcome.config_text = _dumps(doc, config_path, config_text)
     drop_editor = _Editor(_drop_in_document(doc, version, cri, config_path), drop_in_path, request,
                           version, cri, outcome)
     drop_editor.present()

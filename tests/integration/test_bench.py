@@ -1,0 +1,45 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpuready.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The smoke run of one small benchmark that `make test` includes: bench/bench.py --smoke labels (10
+API-only nodes, ours against kubernetes.core.k8s and kubectl) writes its result in the documented shape,
+and the request counts, which do not depend on the machine's speed, meet the goal. Timings are only
+reported (bench/README.md), never asserted."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FIELDS = {'name', 'figure', 'unit', 'baseline', 'ratio', 'goal', 'met', 'machine', 'date', 'extrapolated', 'details'}
+
+
+def test_the_labels_benchmark_smoke_run(tmp_path):
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, 'bench', 'bench.py'), '--smoke', '--out', str(tmp_path),
+                           'labels'], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          universal_newlines=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    with open(str(tmp_path / 'labels_10_nodes.json')) as handle:
+        result = json.load(handle)
+    assert set(result) == FIELDS
+    assert set(result['baseline']) == {'what', 'figure'} and result['baseline']['figure'] > 0
+    assert result['ratio'] == round(result['figure'] / result['baseline']['figure'], 4)
+    assert result['extrapolated'] is False
+    details = result['details']
+    assert details['requests_per_changed_node'] == 2 and details['requests_per_unchanged_node'] == 1
+    assert details['requests_per_call'] <= 1
+    assert details['kubernetes_core_rerun_requests_per_node'] == 2  # a GET and an always-sent PATCH
+    assert result['met'] is True
+    assert '`labels_10_nodes`' in (tmp_path / 'SUMMARY.md').read_text()
+
+
+def test_an_unknown_benchmark_is_refused(tmp_path):
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, 'bench', 'bench.py'), '--out', str(tmp_path), 'speed'],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, check=False)
+    assert proc.returncode == 2 and 'unknown benchmark speed' in proc.stdout
+    assert not os.listdir(str(tmp_path))
