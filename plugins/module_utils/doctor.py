@@ -691,10 +691,14 @@ def check_kubelet_registration(n):
     if not folder['exists'] or 'kubelet.sock' not in folder['sockets']:
         raise Finding('kubelet_socket_missing', '%s: %s' % (
             folder['dir'], 'sockets %s, no kubelet.sock' % folder['sockets'] if folder['exists'] else 'does not exist'))
-    ours = [s for s in folder['sockets'] if s.startswith('nvidia')]
-    if not ours:
-        raise Finding('plugin_not_registered', '%s holds %s and no nvidia*.sock' % (
-            folder['dir'], ', '.join(folder['sockets'])))
+    # The plugin serves one socket per resource, nvidia-<name>.sock (nvidia-gpu.sock, nvidia-gpu.shared.sock,
+    # nvidia-mig-1g.10gb.sock); a stale one of an earlier plugin does not stand for the expected resource.
+    wanted = sorted('nvidia-%s.sock' % r.split('/', 1)[1] for r in n.expected)
+    present = [s for s in folder['sockets'] if s.startswith('nvidia')]
+    missing = [w for w in wanted if w not in present] if wanted else ([] if present else ['nvidia*.sock'])
+    if missing:
+        raise Finding('plugin_not_registered', '%s holds %s and no %s' % (
+            folder['dir'], ', '.join(folder['sockets']), ', '.join(missing)))
     if not _nvidia_resources((n.node or {}).get('status'), 'capacity'):
         raise Finding('no_gpu_capacity', 'Node %s status.capacity has no nvidia.com/ resource' % n.name)
 

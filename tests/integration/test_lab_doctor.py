@@ -309,7 +309,7 @@ FAULTS = [
      'DaemonSet nvidia-device-plugin/nvidia-device-plugin has no spec.template.spec.runtimeClassName'),
     ('plugin_not_registered', 'kubelet_registration',
      (lambda s: s.sh('rm /var/lib/kubelet/device-plugins/nvidia-gpu.sock'), lambda s: (s.restart_plugin(), s.healthy())),
-     'no nvidia*.sock'),
+     'and no nvidia-gpu.sock'),
     ('device_plugin_not_deployed', 'plugin_scheduled', (_delete_plugin_daemonset, _recreate_plugin_daemonset),
      'no DaemonSet'),
     ('plugin_affinity_no_match', 'plugin_scheduled', (_require_absent_label, _restore_affinity),

@@ -216,8 +216,9 @@ FAULTS = {
     'plugin_not_ready': (lambda h, a: _plugin_state(a, {'running': {}}), 'plugin_running', 'phase Running'),
     'kubelet_socket_missing': (lambda h, a: h['kubelet']['device_plugins'].update(sockets=['nvidia-gpu.sock']),
                                'kubelet_registration', 'no kubelet.sock'),
-    'plugin_not_registered': (lambda h, a: h['kubelet']['device_plugins'].update(sockets=['kubelet.sock']),
-                              'kubelet_registration', 'no nvidia*.sock'),
+    # A stale socket of another resource does not count
+    'plugin_not_registered': (lambda h, a: h['kubelet']['device_plugins'].update(
+        sockets=['kubelet.sock', 'nvidia-gpu.shared.sock']), 'kubelet_registration', 'and no nvidia-gpu.sock'),
     'no_gpu_capacity': (lambda h, a: a['nodes'][NODE]['node']['status'].update(capacity={'cpu': '8'}, allocatable={}),
                         'kubelet_registration', 'no nvidia.com/ resource'),
     'sharing_renamed_resource': (lambda h, a: a['nodes'][NODE]['node']['status'].update(
@@ -320,3 +321,11 @@ def test_the_readme_lists_every_cause_under_its_link():
         text = handle.read()
     for cause, (link, _summary, _fix) in doctor.CAUSES.items():
         assert '| `%s` | `%s` |' % (link, cause) in text, cause
+
+
+def test_without_expected_resources_any_nvidia_socket_counts_as_registered():
+    h = host()
+    assert doctor.diagnose(NODE, h, api(), {}, {})['status'] == 'ok'
+    h['kubelet']['device_plugins']['sockets'] = ['kubelet.sock']
+    report = doctor.diagnose(NODE, h, api(), {}, {})
+    assert report['cause'] == 'plugin_not_registered' and report['evidence'][0].endswith('and no nvidia*.sock')
