@@ -386,6 +386,7 @@ class _Node(object):
         self.expected = expected or {}
         self.runtime_name = settings.get('runtime_name') or 'nvidia'
         self.mig_strategy = settings.get('mig_strategy') or 'none'
+        self.parsed = {}  # config path -> plain data or ConfigError (_parsed)
         # device_nodes() keys its answer by the paths it looked at, under the node's /dev
         self.dev_root = os.path.dirname(next(iter(host['gpu']['device_nodes']), '/dev/x')) if host else '/dev'
 
@@ -454,8 +455,18 @@ def check_device_nodes(n):
         raise Finding('nvidia_uvm_missing', '%s does not exist' % uvm)
 
 
-def _parsed(entry):
-    return cc.parse(entry['text'], entry['path'])
+def _parsed(n, entry):
+    """The entry's TOML as plain data, parsed once per node (tomlkit is slow on big files); a
+    ConfigError is raised again on every call."""
+    if entry['path'] not in n.parsed:
+        try:
+            n.parsed[entry['path']] = cc.plain(cc.parse(entry['text'], entry['path']))
+        except cc.ConfigError as exc:
+            n.parsed[entry['path']] = exc
+    found = n.parsed[entry['path']]
+    if isinstance(found, cc.ConfigError):
+        raise found
+    return found
 
 
 def _runtime_tables(doc, runtime_name):
@@ -485,7 +496,7 @@ def _config_files(n):
 def _file_runtime(n):
     """(path, text, version, cri table, ctr, runtime) of the file that declares the nvidia runtime, or None."""
     for entry in _config_files(n):
-        doc = cc.plain(_parsed(entry))
+        doc = _parsed(n, entry)
         version = doc.get('version', 1) if doc else 2
         for table, ctr, runtime in _runtime_tables(doc, n.runtime_name):
             return entry['path'], entry['text'], version, table, ctr, runtime
@@ -528,7 +539,7 @@ def check_containerd_config(n):
     config = n.containerd['config']
     for entry in _config_files(n):
         try:
-            _parsed(entry)
+            _parsed(n, entry)
         except cc.ConfigError as exc:
             raise Finding('containerd_config_invalid', str(exc))
         if cc.cri_disabled(entry['text']):
