@@ -13,8 +13,10 @@ __metaclass__ = type
 
 import concurrent.futures
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -30,10 +32,17 @@ JOBS = int(os.environ.get('GPUREADY_MOLECULE_JOBS', '2'))
 
 def _run_scenario(scenario):
     molecule = os.path.join(os.path.dirname(sys.executable), 'molecule')
-    env = dict(os.environ, ANSIBLE_NOCOLOR='1', PY_COLORS='0', ANSIBLE_FORCE_COLOR='0')
+    # Molecule's own choice, ~/.ansible/tmp/molecule.<hash of the checkout's folder NAME>.<scenario>, is
+    # shared by every checkout called main and keeps what a killed run left; a fresh one per run is neither.
+    ephemeral = tempfile.mkdtemp(prefix='gpuready-mol-%s-' % scenario)
+    env = dict(os.environ, ANSIBLE_NOCOLOR='1', PY_COLORS='0', ANSIBLE_FORCE_COLOR='0',
+               MOLECULE_EPHEMERAL_DIRECTORY=ephemeral)
     started = time.monotonic()
-    proc = subprocess.run([molecule, 'test', '-s', scenario], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, universal_newlines=True, timeout=1500, check=False)
+    try:
+        proc = subprocess.run([molecule, 'test', '-s', scenario], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, universal_newlines=True, timeout=1500, check=False)
+    finally:
+        shutil.rmtree(ephemeral, ignore_errors=True)
     return proc.returncode, proc.stdout, time.monotonic() - started
 
 
