@@ -3,6 +3,7 @@
 #   make test         bootstrap build sanity lint units integration docs (stops at the first failure)
 #   make <stage>      one stage (plus bootstrap and build, which are cheap when already done)
 #   make clean        remove .build and .cache/dist;  make distclean: also .venv*, .cache
+#   make soak         the property tests of the containerd config engine with 1,500 examples each (~10 min)
 #   make bench        bench/: our figures as ratios against baselines measured in the same run (bench/README.md)
 #   make demo         the README's main command: the lab (reused if up), then playbooks/site.yml against it
 #   make lab-up / lab-down / lab-env   the podman GPU-node lab by hand (lab/README.md); `make test` starts its own
@@ -21,7 +22,7 @@ TOMLKIT_OLDEST ?= 0.15.1
 STAGE := tools/stage.sh
 
 .PHONY: test bootstrap build sanity lint units units-main units-tomlkit-oldest integration docs clean distclean
-.PHONY: lab-up lab-down lab-env demo bench
+.PHONY: lab-up lab-down lab-env demo bench soak
 
 test: bootstrap build sanity lint units integration docs
 
@@ -50,6 +51,9 @@ integration: build
 
 docs: build
 	@$(STAGE) docs tools/docs.sh
+
+soak: build
+	@$(STAGE) soak tools/pytest.sh soak
 
 # Benchmarks, about 15 minutes on 2 cores: bench/results/<name>.json and SUMMARY.md (BENCH_ARGS=--smoke, or names)
 bench: build

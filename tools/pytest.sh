@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make units` / `make integration`: pytest in the built collection with tools/test-env.sh.
-#   tools/pytest.sh units | integration | tomlkit-oldest VERSION
+#   tools/pytest.sh units | integration | soak | tomlkit-oldest VERSION
 # pytest's own exit code is kept: 5 ("no tests collected") fails the stage.
 set -euo pipefail
 # shellcheck source=tools/test-env.sh
@@ -16,6 +16,11 @@ case "${1:-}" in
         ;;
     integration)
         exec "${PYTEST[@]}" tests/integration
+        ;;
+    soak)
+        # The property tests with 1,500 examples each (tests/conftest.py), and the counts to show it.
+        GPUREADY_HYPOTHESIS_PROFILE=soak exec "${PYTEST[@]}" --hypothesis-show-statistics \
+            tests/unit/module_utils/test_containerd_config_properties.py
         ;;
     tomlkit-oldest)
         version="${2:?tomlkit version}"
@@ -37,6 +42,6 @@ case "${1:-}" in
         exec "${PYTEST[@]}" tests/unit/module_utils
         ;;
     *)
-        die "usage: $0 units | integration | tomlkit-oldest VERSION"
+        die "usage: $0 units | integration | soak | tomlkit-oldest VERSION"
         ;;
 esac

@@ -43,7 +43,8 @@ CRI_TABLE_BY_VERSION = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.contain
                         4: "io.containerd.cri.v1.runtime"}
 # The CRI plugin's table names; listed in `disabled_plugins`, each also switches CRI off.
 CRI_TABLES = ("cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime")
-RUNTIME_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+# No dots: a RuntimeClass handler is a DNS label, and a dotted name reads as nested tables when unquoted.
+RUNTIME_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 
 
 class ConfigError(Exception):
@@ -71,7 +72,7 @@ class Request(object):
     def validate(self):
         if not isinstance(self.runtime_name, str) or not RUNTIME_NAME_RE.match(self.runtime_name):
             raise ConfigError(
-                "invalid runtime_name %r: use 1-63 letters, digits, '.', '_' or '-', starting with a "
+                "invalid runtime_name %r: use 1-63 letters, digits, '_' or '-', starting with a "
                 "letter or digit (it becomes a TOML table name and a Kubernetes RuntimeClass handler)"
                 % (self.runtime_name,))
         if not isinstance(self.runtime_path, str) or not posixpath.isabs(self.runtime_path):
@@ -571,11 +572,24 @@ class _Editor(object):
                 _expect_table(value, where, self.filename)
                 if "options" in value:
                     _expect_table(value["options"], where + ".options", self.filename)
+                    self._check_options(value["options"], where + ".options")
                 if "runtime_type" in value and not isinstance(plain(value["runtime_type"]), str):
                     raise ConfigError("%s: %s.runtime_type must be a string" % (self.filename, where))
         cri = self.table(self.cri_path)
         if cri is not None and "enable_cdi" in cri and not isinstance(plain(cri["enable_cdi"]), bool):
             raise ConfigError("%s: %s.enable_cdi must be a boolean" % (self.filename, _dotted(self.cri_path)))
+        self.imports()
+        disabled = plain(self.doc.get("disabled_plugins", []))
+        if not isinstance(disabled, list) or not all(isinstance(p, str) for p in disabled):
+            raise ConfigError("%s: 'disabled_plugins' must be an array of strings" % self.filename)
+
+    def _check_options(self, options, where):
+        """The options a base runtime passes on to ours (copied as they are) must have containerd's types."""
+        for key, kind, name in (("BinaryName", str, "a string"), ("Runtime", str, "a string"),
+                                ("SystemdCgroup", bool, "a boolean")):
+            if key in options and not isinstance(plain(options[key]), kind):
+                raise ConfigError("%s: %s.%s must be %s, found %s"
+                                  % (self.filename, where, key, name, _type_name(options[key])))
 
     def default_name(self):
         ctr = self.table(self.ctr_path)
@@ -585,6 +599,8 @@ class _Editor(object):
         imports = plain(self.doc.get("imports", []))
         if not isinstance(imports, list):
             raise ConfigError("%s: 'imports' must be an array, found %s" % (self.filename, _type_name(imports)))
+        if not all(isinstance(entry, str) for entry in imports):
+            raise ConfigError("%s: 'imports' must be an array of strings (paths or globs)" % self.filename)
         return imports
 
     def present(self):
@@ -774,6 +790,10 @@ def _check_drop_in(drop_in_path, drop_in_text, config_path, version):
     if not drop_in_path.endswith(".toml"):
         raise ConfigError("drop_in must end in .toml so that an imports glob can cover it, got %r"
                           % (drop_in_path,))
+    if imports_cover([import_glob(drop_in_path)], config_path, config_path):
+        # The imports glob for the drop-in would make containerd import config.toml into itself.
+        raise ConfigError("drop_in must be in a folder of its own (a conf.d), not next to %s: the imports entry "
+                          "%s would match %s too" % (config_path, import_glob(drop_in_path), config_path))
     if version == 1:
         raise ConfigError(
             "%s is a version 1 config: containerd does not apply a drop-in the way nvidia-ctk writes "
@@ -824,6 +844,8 @@ def edit(config_text, request, config_path="/etc/containerd/config.toml", drop_i
     if not HAS_TOMLKIT:
         raise ConfigError("the Python library tomlkit is required on the controller: %s"
                           % TOMLKIT_IMPORT_ERROR)
+    if not posixpath.isabs(config_path):
+        raise ConfigError("path must be an absolute path, got %r" % (config_path,))
     outcome = Outcome()
     doc = parse(config_text or "", config_path)
     is_empty = _document_is_empty(doc)

@@ -8,20 +8,23 @@ Plain Python, no Ansible. ``diagnose`` judges one node from two dicts: what the 
 (``api_evidence``, read here with the kubernetes client). The links are checked in ``LINKS`` order
 and the first broken one stops the chain: the links after it are ``not_checked``. Every finding
 carries a cause from ``CAUSES`` (the documented vocabulary), the evidence it saw, quoted, and the fix.
-README.md ("Troubleshooting") lists the causes.
+README.md ("Troubleshooting") lists the causes. Every read goes through ``k8s_auth.call_api`` (its
+retries of 5xx, 429 and dropped connections; its messages).
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import functools
 import json
 import os
 import re
 
 from ansible_collections.gpuready.nvidia.plugins.module_utils import containerd_config as cc
 from ansible_collections.gpuready.nvidia.plugins.module_utils.gpu_validate import (
-    ApiException, REQUEST_TIMEOUT, ValidationError, _api_message, _json, list_objects, waiting_reason)
+    ValidationError, _json, list_objects, waiting_reason)
+from ansible_collections.gpuready.nvidia.plugins.module_utils.k8s_auth import ApiError, call_api
 
 LINKS = ('driver', 'nvml', 'device_nodes', 'toolkit', 'containerd_config', 'containerd_runtime_loaded',
          'runtime_class', 'plugin_scheduled', 'plugin_running', 'kubelet_registration', 'capacity',
@@ -182,16 +185,14 @@ class NotApplicable(Exception):
 
 # ---------------------------------------------------------------- reading the API
 
-def _call(func, *args, **kwargs):
-    kwargs.update(_preload_content=False, _request_timeout=REQUEST_TIMEOUT)
-    return _json(func(*args, **kwargs))
+def _read(what, func, *args, **kwargs):
+    """One object as a dict through call_api (retries, messages); None where missing_ok and 404."""
+    response = call_api(what, func, *args, _preload_content=False, **kwargs)
+    return None if response is None else _json(response)
 
 
-def _all(list_func, **kwargs):
-    def call(**page):
-        page.update(kwargs)
-        return list_func(**page)
-    return list_objects(call)[0]
+def _all(what, list_func, **kwargs):
+    return list_objects(functools.partial(list_func, **kwargs), what=what)[0]
 
 
 def container_role(container):
@@ -240,23 +241,29 @@ def gpu_requests(pod):
 def _pod_log(core, pod, previous=False):
     meta = pod['metadata']
     try:
-        response = core.read_namespaced_pod_log(meta['name'], meta['namespace'], tail_lines=LOG_TAIL_LINES,
-                                                previous=previous, _preload_content=False,
-                                                _request_timeout=REQUEST_TIMEOUT)
-        try:
-            return response.data.decode('utf-8', 'replace')
-        finally:
-            response.release_conn()
-    except ApiException:
-        return ''
+        response = call_api('reading the log of pod %s/%s' % (meta['namespace'], meta['name']),
+                            core.read_namespaced_pod_log, meta['name'], meta['namespace'], tail_lines=LOG_TAIL_LINES,
+                            previous=previous, _preload_content=False)
+    except ApiError as exc:
+        if exc.status in (401, 403):
+            raise  # without the permission nothing it could not read may be judged ok
+        return ''  # a log that cannot be read (not started, no previous one) is no evidence; the rest still is
+    try:
+        return response.data.decode('utf-8', 'replace')
+    finally:
+        response.release_conn()
 
 
 def _events(core, obj):
     meta = obj['metadata']
     selector = 'involvedObject.name=%s' % meta['name']
+    namespace = meta.get('namespace') or 'default'
     try:
-        return _all(core.list_namespaced_event, namespace=meta.get('namespace') or 'default', field_selector=selector)
-    except ApiException:
+        return _all('listing the events of %s/%s' % (namespace, meta['name']), core.list_namespaced_event,
+                    namespace=namespace, field_selector=selector)
+    except ApiError as exc:
+        if exc.status in (401, 403):
+            raise
         return []
 
 
@@ -264,9 +271,9 @@ def api_evidence(core, apps, node_api, node_names):
     """{cluster: {...}, nodes: {name: {...}}}: what the API says, read once for all nodes."""
     try:
         cluster = {
-            'daemonsets': _all(apps.list_daemon_set_for_all_namespaces),
-            'deployments': _all(apps.list_deployment_for_all_namespaces),
-            'runtime_classes': _all(node_api.list_runtime_class),
+            'daemonsets': _all('listing DaemonSets in all namespaces', apps.list_daemon_set_for_all_namespaces),
+            'deployments': _all('listing Deployments in all namespaces', apps.list_deployment_for_all_namespaces),
+            'runtime_classes': _all('listing RuntimeClasses', node_api.list_runtime_class),
             'namespaces': {},
             'events': {},
         }
@@ -274,22 +281,20 @@ def api_evidence(core, apps, node_api, node_names):
             if workload_role(ds) == PLUGIN_ROLE:
                 namespace = ds['metadata']['namespace']
                 if namespace not in cluster['namespaces']:
-                    cluster['namespaces'][namespace] = _call(core.read_namespace, namespace)
+                    cluster['namespaces'][namespace] = _read('reading namespace %s' % namespace, core.read_namespace,
+                                                             namespace)
                 cluster['events']['%s/%s' % (namespace, ds['metadata']['name'])] = _events(core, ds)
-        pending = [p for p in _all(core.list_pod_for_all_namespaces, field_selector='status.phase=Pending')
+        pending = [p for p in _all('listing pending pods', core.list_pod_for_all_namespaces,
+                                   field_selector='status.phase=Pending')
                    if gpu_requests(p) and not (p.get('spec') or {}).get('nodeName')]
         for pod in pending[:RECENT_PODS]:
             pod['events'] = _events(core, pod)
         cluster['unscheduled_gpu_pods'] = pending
         nodes = {}
         for name in node_names:
-            try:
-                node = _call(core.read_node, name)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
-                node = None
-            pods = _all(core.list_pod_for_all_namespaces, field_selector='spec.nodeName=%s' % name)
+            node = _read('reading node %s' % name, core.read_node, name, missing_ok=True)
+            pods = _all('listing the pods on node %s' % name, core.list_pod_for_all_namespaces,
+                        field_selector='spec.nodeName=%s' % name)
             for pod in pods:
                 role = workload_role(pod)
                 if role == PLUGIN_ROLE or (gpu_requests(pod) and role == OTHER_ROLE):
@@ -300,9 +305,7 @@ def api_evidence(core, apps, node_api, node_names):
             nodes[name] = {'node': node, 'pods': pods}
         cluster['nodes'] = nodes
         return cluster
-    except ApiException as exc:
-        raise DoctorError('the API refused a read: %s' % _api_message(exc))
-    except ValidationError as exc:
+    except (ApiError, ValidationError) as exc:
         raise DoctorError(str(exc))
 
 

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Prove that GPU nodes advertise what their GPUs allow: the logic of the k8s_gpu_validate module.
 
-Plain Python over a ``kubernetes.client.CoreV1Api``; no Ansible. Objects are read as raw JSON
+Plain Python over a ``kubernetes.client.CoreV1Api`` and ``k8s_auth.call_api``. Objects are read as raw JSON
 (``_preload_content=False``) so a list page, a watch event and a test's fixture are the same dicts.
 
 * ``wait_for_resources`` LISTs the nodes (paginated), then WATCHes from that list's resourceVersion
@@ -11,7 +11,9 @@ Plain Python over a ``kubernetes.client.CoreV1Api``; no Ansible. Objects are rea
   An expired watch (410) is answered by listing again, as informers do.
 * ``run_test_pods`` starts one pod per node that asks for one unit of a GPU resource and runs
   ``nvidia-smi -L``, waits for it to finish, reads its log and deletes it, also when it failed or
-  timed out.
+  timed out. A pod of that name that is there already (409) is deleted and created again.
+* Every request goes through ``k8s_auth.call_api``: 5xx, 429 and dropped connections are retried
+  with backoff, anything else fails at once with a message that never carries the credentials.
 * ``node_row``, ``problem`` and ``format_table`` turn what was seen into rows and sentences.
 """
 
@@ -19,18 +21,19 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import functools
 import json
 import math
 import os
 import tempfile
 import time
 
+from ansible_collections.gpuready.nvidia.plugins.module_utils.k8s_auth import REQUEST_TIMEOUT, ApiError, call_api
+
 try:
     import urllib3
-    from kubernetes.client.exceptions import ApiException
 except ImportError:  # pragma: no cover - k8s_auth reports the missing library
-    class ApiException(Exception):
-        status = None
+    pass
 
 NVIDIA_PREFIX = "nvidia.com/"
 DEFAULT_SELECTOR = "nvidia.com/gpu.present=true"
@@ -40,20 +43,11 @@ TEST_CONTAINER = "gpu-test"
 TEST_COMMAND = ["nvidia-smi", "-L"]
 FINISHED = ("Succeeded", "Failed")
 RELIST_ATTEMPTS = 5          # an expired continue token: start the list again, at most this often
-REQUEST_TIMEOUT = (10, 60)   # connect, read (seconds) for plain requests
 LOG_LIMIT = 64 * 1024        # bytes of a test pod's log kept
 
 
 class ValidationError(Exception):
     """The API refused or could not answer; the message says what was asked, never credentials."""
-
-
-def _api_message(exc):
-    """The Status message of an ApiException (the body), else its reason."""
-    try:
-        return json.loads(exc.body)["message"]
-    except (TypeError, ValueError, KeyError):
-        return "%s %s" % (exc.status, exc.reason)
 
 
 def _json(response):
@@ -70,19 +64,20 @@ def _name(obj):
 # --- list and watch -------------------------------------------------------------------------
 
 
-def list_objects(list_func, label_selector=None, page_size=500):
+def list_objects(list_func, label_selector=None, page_size=500, what="listing"):
     """Every object list_func returns for the selector, page_size per request; (objects, the
-    resourceVersion of the first page). A continue token that expired (410) starts the list again."""
+    resourceVersion of the first page). A continue token that expired (410) starts the list again.
+    what names the list in messages."""
     for _attempt in range(RELIST_ATTEMPTS):
         objects, token, resource_version = [], None, None
         try:
             while True:
-                kwargs = dict(limit=page_size, _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
+                kwargs = dict(limit=page_size, _preload_content=False)
                 if label_selector:
                     kwargs["label_selector"] = label_selector
                 if token:
                     kwargs["_continue"] = token
-                page = _json(list_func(**kwargs))
+                page = _json(call_api(what, list_func, **kwargs))
                 metadata = page.get("metadata") or {}
                 # Later pages are a snapshot of the first one's revision: watching from it misses nothing.
                 resource_version = resource_version or metadata.get("resourceVersion")
@@ -90,15 +85,15 @@ def list_objects(list_func, label_selector=None, page_size=500):
                 token = metadata.get("continue")
                 if not token:
                     return objects, resource_version
-        except ApiException as exc:
+        except ApiError as exc:
             if exc.status != 410 or token is None:
                 raise
-    raise ValidationError("the list kept expiring between pages (%d attempts)" % RELIST_ATTEMPTS)
+    raise ValidationError("%s: the list kept expiring between pages (%d attempts)" % (what, RELIST_ATTEMPTS))
 
 
 def list_nodes(api, label_selector=DEFAULT_SELECTOR, page_size=500):
     """All nodes matching the selector, page_size per request: (nodes, resourceVersion)."""
-    return list_objects(api.list_node, label_selector, page_size)
+    return list_objects(api.list_node, label_selector, page_size, "listing the nodes")
 
 
 class _Expired(Exception):
@@ -118,11 +113,12 @@ def _lines(response):
         yield pending
 
 
-def follow(list_func, label_selector, page_size, deadline, done):
+def follow(list_func, label_selector, page_size, deadline, done, what="the objects"):
     """LIST, then WATCH from the list's resourceVersion, keeping {name: object} current, until
     done(objects) is true or the deadline passes; returns the objects last seen. A watch that
-    expired (410, as an HTTP answer or an ERROR event) is replaced by a fresh LIST."""
-    items, resource_version = list_objects(list_func, label_selector, page_size)
+    expired (410, as an HTTP answer or an ERROR event) is replaced by a fresh LIST. what names the
+    objects in messages."""
+    items, resource_version = list_objects(list_func, label_selector, page_size, "listing %s" % what)
     objects = dict((_name(o), o) for o in items)
     while not done(objects):
         remaining = deadline - time.monotonic()
@@ -134,7 +130,7 @@ def follow(list_func, label_selector, page_size, deadline, done):
         if label_selector:
             kwargs["label_selector"] = label_selector
         try:
-            response = list_func(**kwargs)
+            response = call_api("watching %s" % what, list_func, **kwargs)
             try:
                 for line in _lines(response):
                     event = json.loads(line)
@@ -142,7 +138,7 @@ def follow(list_func, label_selector, page_size, deadline, done):
                     if event.get("type") == "ERROR":
                         if obj.get("code") == 410:
                             raise _Expired()
-                        raise ValidationError("the watch failed: %s" % obj.get("message"))
+                        raise ValidationError("watching %s failed: %s" % (what, obj.get("message")))
                     resource_version = (obj.get("metadata") or {}).get("resourceVersion") or resource_version
                     if event.get("type") == "DELETED":
                         objects.pop(_name(obj), None)
@@ -153,10 +149,10 @@ def follow(list_func, label_selector, page_size, deadline, done):
             finally:
                 response.close()  # a watch cut short must not go back to the pool half read
                 response.release_conn()
-        except (_Expired, ApiException) as exc:
-            if isinstance(exc, ApiException) and exc.status != 410:
+        except (_Expired, ApiError) as exc:
+            if isinstance(exc, ApiError) and exc.status != 410:
                 raise
-            items, resource_version = list_objects(list_func, label_selector, page_size)
+            items, resource_version = list_objects(list_func, label_selector, page_size, "listing %s" % what)
             objects = dict((_name(o), o) for o in items)
         except urllib3.exceptions.HTTPError:
             time.sleep(1)  # the stream broke; watch again from the last resourceVersion seen
@@ -248,25 +244,23 @@ def wait_for_resources(api, expected, label_selector=DEFAULT_SELECTOR, timeout=3
         return all(name in nodes and _advertises(nodes[name], want) for name, want in expected.items())
 
     try:
-        nodes = follow(api.list_node, label_selector, page_size, deadline, done)
+        nodes = follow(api.list_node, label_selector, page_size, deadline, done, "the nodes")
         rows = []
         for name in sorted(expected):
             missing = None
             if name not in nodes:
                 missing = _why_not_listed(api, name, label_selector)
             rows.append(node_row(name, expected[name], nodes.get(name), (gpus or {}).get(name), missing))
-    except ApiException as exc:
-        raise ValidationError("reading the nodes failed: %s" % _api_message(exc))
+    except ApiError as exc:
+        raise ValidationError("reading the nodes failed: %s" % exc)
     return rows
 
 
 def _why_not_listed(api, name, label_selector):
-    try:
-        api.read_node(name, _preload_content=False, _request_timeout=REQUEST_TIMEOUT).release_conn()
-    except ApiException as exc:
-        if exc.status == 404:
-            return "no such Node in the cluster"
-        raise
+    response = call_api("reading node %s" % name, api.read_node, name, _preload_content=False, missing_ok=True)
+    if response is None:
+        return "no such Node in the cluster"
+    response.release_conn()
     return "the Node does not match the label selector %s" % label_selector
 
 
@@ -298,28 +292,41 @@ def gpu_test_pod(name, namespace, image, resource, node=None, runtime_class=None
 
 def _delete_pod(core_api, namespace, name):
     """Delete the pod at once; True when there was one."""
-    try:
-        core_api.delete_namespaced_pod(name, namespace, grace_period_seconds=0, _preload_content=False,
-                                       _request_timeout=REQUEST_TIMEOUT).release_conn()
-    except ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise
+    response = call_api("deleting pod %s/%s" % (namespace, name), core_api.delete_namespaced_pod, name, namespace,
+                        grace_period_seconds=0, _preload_content=False, missing_ok=True)
+    if response is None:
+        return False
+    response.release_conn()
     return True
 
 
 def _gone(core_api, namespace, name, deadline):
     """Wait (until deadline) for a deleted pod to leave the API; a kubelet may take a moment."""
     while time.monotonic() < deadline:
-        try:
-            core_api.read_namespaced_pod(name, namespace, _preload_content=False,
-                                         _request_timeout=REQUEST_TIMEOUT).release_conn()
-        except ApiException as exc:
-            if exc.status == 404:
-                return True
-            raise
+        response = call_api("reading pod %s/%s" % (namespace, name), core_api.read_namespaced_pod, name, namespace,
+                            _preload_content=False, missing_ok=True)
+        if response is None:
+            return True
+        response.release_conn()
         time.sleep(0.5)
     return False
+
+
+def _create_pod(core_api, namespace, manifest, deadline):
+    """Create the pod; its uid. A pod of that name that appeared since the leftovers were deleted
+    (409: an overlapping run, or our own create whose answer was lost) is deleted and created again, once."""
+    name = manifest["metadata"]["name"]
+    what = "creating pod %s/%s" % (namespace, name)
+    try:
+        return _json(call_api(what, core_api.create_namespaced_pod, namespace, manifest,
+                              _preload_content=False))["metadata"]["uid"]
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+    if _delete_pod(core_api, namespace, name) and not _gone(core_api, namespace, name, deadline):
+        raise ValidationError("%s: a pod of that name is in the way and did not go away when deleted" % what)
+    return _json(call_api(what, core_api.create_namespaced_pod, namespace, manifest,
+                          _preload_content=False))["metadata"]["uid"]
 
 
 def waiting_reason(pod):
@@ -352,14 +359,14 @@ def failure_reason(pod):
 def _log(core_api, namespace, name):
     """(the container's log, None) or ("", why it could not be read)."""
     try:
-        response = core_api.read_namespaced_pod_log(name, namespace, container=TEST_CONTAINER, limit_bytes=LOG_LIMIT,
-                                                    _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
-        try:
-            return response.data.decode("utf-8", "replace"), None
-        finally:
-            response.release_conn()
-    except ApiException as exc:
-        return "", _api_message(exc)
+        response = call_api("reading the log of pod %s/%s" % (namespace, name), core_api.read_namespaced_pod_log, name,
+                            namespace, container=TEST_CONTAINER, limit_bytes=LOG_LIMIT, _preload_content=False)
+    except ApiError as exc:
+        return "", str(exc)
+    try:
+        return response.data.decode("utf-8", "replace"), None
+    finally:
+        response.release_conn()
 
 
 def outcome(test, pod, log="", log_error=None):
@@ -407,9 +414,7 @@ def run_test_pods(core_api, tests, namespace, image, runtime_class=None, timeout
         for test in tests:
             manifest = gpu_test_pod(test["name"], namespace, image, test["resource"], test.get("node"),
                                     runtime_class, pull_policy)
-            pod = _json(core_api.create_namespaced_pod(namespace, manifest, _preload_content=False,
-                                                       _request_timeout=REQUEST_TIMEOUT))
-            created[test["name"]] = pod["metadata"]["uid"]
+            created[test["name"]] = _create_pod(core_api, namespace, manifest, deadline)
 
         def ours(pods, name):
             pod = pods.get(name)
@@ -419,7 +424,8 @@ def run_test_pods(core_api, tests, namespace, image, runtime_class=None, timeout
             return all(((ours(pods, n) or {}).get("status") or {}).get("phase") in FINISHED for n in created)
 
         selector = ",".join("%s=%s" % item for item in sorted(TEST_POD_LABELS.items()))
-        pods = follow(_namespaced(core_api.list_namespaced_pod, namespace), selector, page_size, deadline, done)
+        pods = follow(functools.partial(core_api.list_namespaced_pod, namespace), selector, page_size, deadline, done,
+                      "the test pods in namespace %s" % namespace)
         results = []
         for test in tests:
             pod = ours(pods, test["name"])
@@ -427,20 +433,14 @@ def run_test_pods(core_api, tests, namespace, image, runtime_class=None, timeout
             log, log_error = _log(core_api, namespace, test["name"]) if finished else ("", None)
             results.append(outcome(test, pod, log, log_error))
         return results
-    except ApiException as exc:
-        raise ValidationError("running the test pods in namespace %s failed: %s" % (namespace, _api_message(exc)))
+    except ApiError as exc:
+        raise ValidationError("running the test pods in namespace %s failed: %s" % (namespace, exc))
     finally:
         for name in created:
             try:
                 _delete_pod(core_api, namespace, name)
-            except ApiException:
+            except ApiError:
                 pass  # the error that brought us here is the one worth reporting
-
-
-def _namespaced(func, namespace):
-    def call(**kwargs):
-        return func(namespace, **kwargs)
-    return call
 
 
 def run_test_pod(core_api, namespace, name, image, resource, runtime_class=None, node_name=None, timeout=300,

@@ -16,14 +16,11 @@ __metaclass__ = type
 
 import json
 import re
-import time
 
-from ansible_collections.gpuready.nvidia.plugins.module_utils import gpu_labels
+from ansible_collections.gpuready.nvidia.plugins.module_utils import gpu_labels, k8s_auth
 
 try:
-    import urllib3
     from kubernetes.client import CoreV1Api, CustomObjectsApi
-    from kubernetes.client.exceptions import ApiException
 except ImportError:  # pragma: no cover - k8s_auth reports the missing library
     pass
 
@@ -34,9 +31,7 @@ NVIDIA_PREFIX = "nvidia.com/"
 NODE_FEATURE_API = ("nfd.k8s-sigs.io", "v1alpha1", "nodefeatures")
 GFD_NODE_FEATURE_PREFIX = "nvidia-features-for-"
 MERGE_PATCH = "application/merge-patch+json"
-RETRY_DELAYS = (0.2, 0.4, 0.8, 1.6, 3.2)  # 5xx / 429: about 6 s in all, then give up
 CONFLICT_ATTEMPTS = 5
-REQUEST_TIMEOUT = (10, 60)
 
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _PREFIX_RE = re.compile(r"^%s(\.%s)*$" % (_DNS_LABEL, _DNS_LABEL))
@@ -127,13 +122,6 @@ def plan(node, wanted, state="present", prune=True, explicit=True, gfd_keys=froz
 # --- talking to the API -----------------------------------------------------------------------
 
 
-def _status_message(exc):
-    try:
-        return json.loads(exc.body).get("message") or exc.reason
-    except (TypeError, ValueError, AttributeError):
-        return exc.reason
-
-
 class NodeLabeler(object):
     """Labels nodes through one ApiClient (one connection pool for a whole fleet)."""
 
@@ -146,47 +134,14 @@ class NodeLabeler(object):
         self._node_features = None
 
     def _call(self, what, function, *args, **kwargs):
-        """function's answer, retrying 5xx/429 with backoff; errors become NodeLabelError. With
-        missing_ok, a 404 answers None."""
-        missing_ok = kwargs.pop("missing_ok", False)
-        kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT)
-        for attempt, delay in enumerate(RETRY_DELAYS + (None,)):
-            try:
-                return function(*args, **kwargs)
-            except ApiException as exc:
-                if not exc.status:  # the client's wrapping of a connection or TLS failure
-                    raise NodeLabelError(self._connection_error(what, exc.reason))
-                if exc.status == 409:
-                    raise _Conflict()
-                if exc.status == 404 and missing_ok:
-                    return None
-                if (exc.status in (429,) or exc.status >= 500) and delay is not None:
-                    time.sleep(delay)
-                    continue
-                raise NodeLabelError(self._api_error(what, exc, attempt + 1))
-            except urllib3.exceptions.MaxRetryError as exc:
-                raise NodeLabelError(self._connection_error(what, exc.reason))
-            except (urllib3.exceptions.HTTPError, OSError) as exc:
-                raise NodeLabelError(self._connection_error(what, exc))
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _api_error(self, what, exc, attempts):
-        if exc.status == 401:
-            return "%s: the API server at %s rejected the credentials (401 Unauthorized)" % (what, self.host)
-        if exc.status == 403:
-            return "%s: forbidden (403) by the API server at %s: %s" % (what, self.host, _status_message(exc))
-        if exc.status == 404:
-            return "%s: not found (404)" % what
-        if exc.status == 429 or exc.status >= 500:
-            return "%s: the API server at %s answered %s (%s) %d times" % (
-                what, self.host, exc.status, _status_message(exc), attempts)
-        return "%s: the API server at %s answered %s: %s" % (what, self.host, exc.status, _status_message(exc))
-
-    def _connection_error(self, what, reason):
-        if isinstance(reason, urllib3.exceptions.SSLError) or "CERTIFICATE_VERIFY_FAILED" in str(reason):
-            return ("%s: TLS verification of the API server at %s failed (%s); give ca_cert (the cluster CA) "
-                    "or, only for a test cluster, validate_certs: false" % (what, self.host, reason))
-        return "%s: the API server at %s is unreachable (%s)" % (what, self.host, reason)
+        """function's answer through k8s_auth.call_api (its retries and messages); a 409 is a
+        _Conflict, to read again, any other failure a NodeLabelError."""
+        try:
+            return k8s_auth.call_api(what, function, *args, host=self.host, **kwargs)
+        except k8s_auth.ApiError as exc:
+            if exc.status == 409:
+                raise _Conflict()
+            raise NodeLabelError(str(exc))
 
     def _get_node(self, name):
         response = self._call("node %s" % name, self.core.read_node, name, _preload_content=False)

@@ -16,9 +16,17 @@ description:
     on the controller and calls this module to read the files, validate the result with the node's
     containerd and write it.
   - Reads files and reports their content and SHA-256 checksum, following symbolic links.
-  - Writes atomically, and only while every file still has the checksum that was read (optimistic
-    concurrency), under a lock on a sidecar file next to each target. Existing files keep mode and
-    owner; new files are created C(0644). A symbolic link stays a link and its target is written.
+  - Refuses, with a message and without reading further, a path that is not a regular file (a directory,
+    a FIFO, a device, a socket, a symbolic link loop), a file larger than 4 MiB (containerd configs are a
+    few KiB; a runaway file is not shipped to the controller), and content that would not come back
+    unchanged - bytes that are not UTF-8, NUL bytes (binary data), a leading UTF-8 byte order mark.
+  - Writes atomically (temporary file next to the target, then rename), and only while every file still
+    has the checksum that was read (optimistic concurrency), under a lock on a sidecar file next to each
+    target. Existing files keep mode and owner (and SELinux context); new files are created C(0644). A
+    symbolic link stays a link and its target is written.
+  - When writing one of several files fails, the files written before it in the same call get their
+    previous content back (or are removed again when they did not exist), and the module fails with a
+    message naming the file and what was rolled back. No temporary file stays behind.
   - Needs only the Python standard library on the node.
   - Use M(gpuready.nvidia.containerd_nvidia_runtime) in playbooks; this module is its transport.
 author: gpuready.nvidia contributors (!UNKNOWN)
@@ -126,18 +134,22 @@ backups:
   type: dict
 """
 
+import codecs
 import errno
 import fcntl
 import hashlib
 import os
 import re
 import shutil
+import stat
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_text
 
 NEW_FILE_MODE = 0o644
+# containerd configs are a few KiB; a runaway file must not be shipped to the controller.
+MAX_FILE_SIZE = 4 * 1024 * 1024
 VERSION_RE = re.compile(r"\bv?(\d+)\.(\d+)\.(\d+)\S*")
 
 
@@ -146,9 +158,10 @@ class FileError(Exception):
 
 
 def _target(path):
-    """The file behind path, following symbolic links; a loop or a directory is an error."""
+    """The file behind path, following symbolic links; a loop, a directory or any other file that is
+    not a regular file (a FIFO or a device would block or never end) is an error."""
     try:
-        os.stat(path)
+        st = os.stat(path)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise FileError("%s: symbolic link loop" % path)
@@ -156,10 +169,20 @@ def _target(path):
             raise FileError("%s: permission denied" % path)
         if exc.errno != errno.ENOENT:
             raise FileError("%s: %s" % (path, exc.strerror))
+        st = None
     target = os.path.realpath(path)
-    if os.path.isdir(target):
-        raise FileError("%s is a directory, not a containerd config file" % path)
+    if st is not None:
+        _check_regular(path, st.st_mode)
     return target
+
+
+def _check_regular(path, mode):
+    if stat.S_ISDIR(mode):
+        raise FileError("%s is a directory, not a containerd config file" % path)
+    if not stat.S_ISREG(mode):
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else \
+            "a socket" if stat.S_ISSOCK(mode) else "a special file"
+        raise FileError("%s is %s, not a regular file; refusing to read or replace it" % (path, kind))
 
 
 def _read(path):
@@ -169,18 +192,39 @@ def _read(path):
         info.update(content=None, checksum=None)
         return info
     try:
-        with open(target, "rb") as handle:
-            data = handle.read()
+        # O_NONBLOCK: a FIFO swapped in after _target's check must not block the open.
+        fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK)
     except (IOError, OSError) as exc:
         raise FileError("%s: cannot read: %s" % (path, exc.strerror))
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(fd)
+        _check_regular(path, st.st_mode)
+        try:
+            # One byte more than allowed tells a file at the limit from a larger one, without reading it all.
+            data = handle.read(MAX_FILE_SIZE + 1)
+        except (IOError, OSError) as exc:
+            raise FileError("%s: cannot read: %s" % (path, exc.strerror))
+    if len(data) > MAX_FILE_SIZE:
+        raise FileError("%s is larger than %d MiB, too large for a containerd config file; refusing to read it"
+                        % (path, MAX_FILE_SIZE // (1024 * 1024)))
+    _check_text(path, data)
+    info.update(content=data.decode("utf-8"), checksum=hashlib.sha256(data).hexdigest(),
+                mode="%04o" % (st.st_mode & 0o7777), uid=st.st_uid, gid=st.st_gid)
+    return info
+
+
+def _check_text(path, data):
+    """Refuse what would not survive the round trip through the controller unchanged."""
+    if data.startswith(codecs.BOM_UTF8):
+        raise FileError("%s starts with a UTF-8 byte order mark; containerd's TOML parsers do not expect one. "
+                        "Remove it and run again" % path)
+    if b"\0" in data:
+        raise FileError("%s: binary data (NUL byte at offset %d), not a containerd config file"
+                        % (path, data.index(b"\0")))
     try:
-        info["content"] = data.decode("utf-8")
+        data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise FileError("%s: not UTF-8 text (byte %d)" % (path, exc.start))
-    st = os.stat(target)
-    info.update(checksum=hashlib.sha256(data).hexdigest(), mode="%04o" % (st.st_mode & 0o7777),
-                uid=st.st_uid, gid=st.st_gid)
-    return info
 
 
 def _containerd_version(module, binary):
@@ -284,6 +328,7 @@ def _op_write(module):
             if current["checksum"] != spec.get("checksum"):
                 raise FileError("%s changed since it was read (another writer?); nothing was written, "
                                 "run again" % spec["path"])
+        done = []  # (spec, what it held before) for the rollback
         for spec in specs:
             current = _read(spec["path"])
             if spec.get("content") is None and not current["exists"]:
@@ -292,51 +337,91 @@ def _op_write(module):
             result["written"].append(spec["path"])
             if module.check_mode:
                 continue
-            if params["backup"]:
-                result["backups"][spec["path"]] = module.backup_local(spec["target"]) if current["exists"] else None
-            if spec.get("content") is None:
-                os.unlink(spec["target"])
-            else:
-                _atomic_write(module, spec["target"], spec["content"], current["exists"])
+            try:
+                before = _snapshot(spec["target"], current)
+                if params["backup"]:
+                    result["backups"][spec["path"]] = module.backup_local(spec["target"]) if current["exists"] else None
+                if spec.get("content") is None:
+                    os.unlink(spec["target"])
+                else:
+                    _atomic_write(module, spec["target"], to_bytes(spec["content"]), before[1])
+                done.append((spec, before))
+            except (IOError, OSError) as exc:
+                raise FileError("%s: cannot write: %s; %s"
+                                % (spec["path"], exc.strerror or exc, _roll_back(module, done)))
     return result
 
 
-def _atomic_write(module, target, content, existed):
+def _snapshot(target, current):
+    """(bytes, stat) of a file before it is replaced; (None, None) when it does not exist."""
+    if not current["exists"]:
+        return None, None
+    return to_bytes(current["content"]), os.stat(target)
+
+
+def _roll_back(module, done):
+    """Put back the files of this call written before a failure, newest first, so that a
+    config.toml never imports a drop-in that is missing, or the other way round."""
+    failed = []
+    for spec, (data, old_stat) in reversed(done):
+        try:
+            if data is None:
+                os.unlink(spec["target"])
+            else:
+                _atomic_write(module, spec["target"], data, old_stat)
+        except (IOError, OSError) as exc:
+            failed.append("%s (%s)" % (spec["path"], exc.strerror or exc))
+    if failed:
+        return "rolling back failed too, check by hand: " + ", ".join(failed)
+    if done:
+        return "rolled back %s to its previous content" % ", ".join(s["path"] for s, _b in done)
+    return "nothing was changed"
+
+
+def _atomic_write(module, target, data, old_stat):
+    """Write to a temporary file next to target, then rename it over target. The temporary file
+    takes the mode and owner of the file it replaces (old_stat), or NEW_FILE_MODE. OSError goes to
+    the caller, which rolls back; the temporary file never stays behind."""
     folder = os.path.dirname(target)
     if not os.path.isdir(folder):
         os.makedirs(folder, 0o755)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".%s." % os.path.basename(target), suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(to_bytes(content))
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        if not existed:
+        if old_stat is None:
             os.chmod(tmp, NEW_FILE_MODE)
-        # atomic_move keeps the replaced file's mode, owner and SELinux context.
-        module.atomic_move(tmp, target)
+        else:
+            os.chmod(tmp, stat.S_IMODE(old_stat.st_mode))
+            os.chown(tmp, old_stat.st_uid, old_stat.st_gid)
+        if module.selinux_enabled():
+            context = module.selinux_context(target) if old_stat else module.selinux_default_context(target)
+            module.set_context_if_different(tmp, context, False)
+        os.rename(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
 
 
+ARGUMENT_SPEC = dict(
+    op=dict(type="str", required=True, choices=["read", "validate", "write"]),
+    paths=dict(type="list", elements="path", default=[]),
+    files=dict(type="list", elements="dict", default=[], options=dict(
+        path=dict(type="path", required=True),
+        content=dict(type="str"),
+        checksum=dict(type="str"),
+    )),
+    containerd_binary=dict(type="str"),
+    kubelet_config=dict(type="path"),
+    backup=dict(type="bool", default=False),
+    import_rewrite=dict(type="str"),
+)
+
+
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            op=dict(type="str", required=True, choices=["read", "validate", "write"]),
-            paths=dict(type="list", elements="path", default=[]),
-            files=dict(type="list", elements="dict", default=[], options=dict(
-                path=dict(type="path", required=True),
-                content=dict(type="str"),
-                checksum=dict(type="str"),
-            )),
-            containerd_binary=dict(type="str"),
-            kubelet_config=dict(type="path"),
-            backup=dict(type="bool", default=False),
-            import_rewrite=dict(type="str"),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     operations = {"read": _op_read, "validate": _op_validate, "write": _op_write}
     try:
         result = operations[module.params["op"]](module)

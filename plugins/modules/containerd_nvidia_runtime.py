@@ -32,6 +32,10 @@ description:
     recording the old value (for a runtime entry declared before, the whole entry as an inline table).
     O(state=absent) reverts exactly those, so present then absent gives back the original file.
   - containerd reads its config only at start; RV(restart_required) says when it must be restarted.
+  - Input it cannot handle faithfully fails the task and leaves every file as it was - invalid TOML, a key
+    of the wrong type, an unknown config version, a path that is not a regular file, a file over 4 MiB, bytes
+    that are not UTF-8, a UTF-8 byte order mark (see M(gpuready.nvidia.containerd_config_file)). A write
+    that fails half way gives the files already written their old content back.
 author: gpuready.nvidia contributors (!UNKNOWN)
 extends_documentation_fragment:
   - gpuready.nvidia.attributes
@@ -85,7 +89,9 @@ options:
     type: str
     default: containerd
   runtime_name:
-    description: Name of the runtime entry (and of the RuntimeClass handler that selects it).
+    description:
+      - Name of the runtime entry (and of the RuntimeClass handler that selects it).
+      - 1 to 63 letters, digits, C(_) or C(-), starting with a letter or digit; no dots.
     type: str
     default: nvidia
   runtime_path:
@@ -121,7 +127,8 @@ options:
       - Write the runtime to this separate file instead of O(path), as nvidia-ctk 1.18+ does. It gets the
         config version and a copy of the whole CRI table (containerd 1.x replaces imported plugin tables
         instead of merging them), and O(path) gets an C(imports) entry covering it unless one already does.
-      - Refused for a version 1 O(path) (D3).
+      - Refused for a version 1 O(path) (D3), and in the folder of O(path), since the C(imports) glob of its
+        folder would cover O(path) itself.
     type: path
   config_version:
     description:

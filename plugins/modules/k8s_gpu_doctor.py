@@ -89,6 +89,11 @@ notes:
   - Runs on the controller (C(delegate_to=localhost), C(run_once=true)), which needs tomlkit and kubernetes.
   - Reads C(get) on nodes and namespaces, C(list) on daemonsets, deployments, runtimeclasses, pods and events in all
     namespaces, C(get) on pods/log; roles/gpuready/files/clusterrole.yml grants all of it.
+  - Each API request is tried up to 5 times while the API server answers 5xx or 429 or drops the connection, waiting
+    0.5, 1, 2 and 4 seconds in between (7.5 s in all); a request other than a watch times out after 10 s to connect and 60 s to read. 401 and 403
+    fail at once, the message naming the API server and, for 403, the verb and resource refused; it never shows the
+    credentials. A pod log or event list that is refused fails the module too, since a link judged without its
+    evidence could look healthy; one that cannot be read for other reasons (a container not started yet) is left out.
 seealso:
   - module: gpuready.nvidia.doctor_node_evidence
   - module: gpuready.nvidia.k8s_gpu_validate
@@ -205,7 +210,7 @@ def main():
             for name, result in _test_pods(core, reports, params).items():
                 reports[name] = doctor.diagnose(name, params['nodes'][name], api, expected.get(name), settings,
                                                 test_result=result)
-    except (k8s_auth.K8sAuthError, doctor.DoctorError, gpu_validate.ValidationError) as exc:
+    except (k8s_auth.K8sAuthError, k8s_auth.ApiError, doctor.DoctorError, gpu_validate.ValidationError) as exc:
         module.fail_json(msg=str(exc))
     report = {'nodes': reports}
     if params['report_path']:

@@ -113,6 +113,12 @@ notes:
   - Runs where the task runs, usually on the controller (C(delegate_to=localhost)), once with O(nodes) or per host with
     O(node). Needs C(get) and C(patch) on C(nodes), and C(list) on C(nodefeatures.nfd.k8s-sigs.io) when
     O(respect_gfd=true). The collection README lists the ClusterRole.
+  - Each API request is tried up to 5 times while the API server answers 5xx or 429 or drops the connection, waiting
+    0.5, 1, 2 and 4 seconds in between (7.5 s in all); a request other than a watch times out after 10 s to connect and 60 s to read. 401 and 403
+    fail at once, the message naming the API server and, for 403, the verb and resource refused; it never shows the
+    credentials.
+  - A 409 Conflict (the node changed between read and write) reads the node again and redoes the change, up to 5
+    times.
 seealso:
   - plugin: gpuready.nvidia.gfd_labels
     plugin_type: filter

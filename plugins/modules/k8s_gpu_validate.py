@@ -108,6 +108,12 @@ notes:
   - Runs where the task runs, usually on the controller (C(delegate_to=localhost), C(run_once=true)).
   - Needs C(list), C(watch) and C(get) on C(nodes); with O(test_pod=true) also C(create), C(delete), C(get), C(list) and
     C(watch) on C(pods) and C(get) on C(pods/log) in O(namespace).
+  - Each API request is tried up to 5 times while the API server answers 5xx or 429 or drops the connection, waiting
+    0.5, 1, 2 and 4 seconds in between (7.5 s in all); a request other than a watch times out after 10 s to connect and 60 s to read. 401 and 403
+    fail at once, the message naming the API server and, for 403, the verb and resource refused; it never shows the
+    credentials.
+  - A 409 on creating a test pod (a pod of that name appeared meanwhile) deletes that pod and creates the test pod
+    again, once.
 seealso:
   - plugin: gpuready.nvidia.gpu_resources
     plugin_type: filter
@@ -249,7 +255,7 @@ def main():
                    for row in tested],
             params["namespace"], params["image"], params["runtime_class"], params["test_pod_timeout"],
             params["pull_policy"], params["page_size"]) if tested else []
-    except (k8s_auth.K8sAuthError, gpu_validate.ValidationError) as exc:
+    except (k8s_auth.K8sAuthError, k8s_auth.ApiError, gpu_validate.ValidationError) as exc:
         module.fail_json(msg=str(exc))
 
     by_node = dict((result["node"], result) for result in results)

@@ -40,6 +40,7 @@ def runs(tmp_path_factory, containerd_binaries):
     def d(*parts):
         return os.path.join(root, *parts)
     _write(d("link", "real", "config.toml"), V2, 0o640)
+    os.chown(d("link", "real", "config.toml"), 1234, 2345)
     os.makedirs(d("link", "etc"))
     os.symlink(d("link", "real", "config.toml"), d("link", "etc", "config.toml"))
     os.makedirs(d("loop"))
@@ -101,7 +102,8 @@ def test_symlink_is_followed_and_kept(runs):
     assert results["link"]["changed"]
     assert os.path.islink(link) and os.readlink(link) == target
     assert b'default_runtime_name = "nvidia"' in _bytes(target)
-    assert stat.S_IMODE(os.stat(target).st_mode) == 0o640  # mode kept
+    info = os.stat(target)
+    assert (stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid) == (0o640, 1234, 2345)  # mode and owner kept
     backup = results["link"]["backups"][link]
     assert _bytes(backup) == V2.encode()
 
@@ -123,7 +125,8 @@ def test_new_file_gets_0644_and_containerd2_layout(runs):
     path = os.path.join(root, "newdir", "etc", "config.toml")
     assert results["newfile"]["changed"] and results["newfile"]["config_version"] == 3
     assert results["newfile"]["backups"] == {path: None}  # nothing existed to back up
-    assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
+    info = os.stat(path)
+    assert (stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid) == (0o644, 0, 0)  # root's, world-readable
     assert "io.containerd.cri.v1.runtime" in results["newfile"]["runtime_table"]
 
 

@@ -933,3 +933,51 @@ def test_kubernetes_core_apply_reapply_info_and_absent(emu, tmp_path):
     assert counts[('create', 'daemonsets')] == 1 and counts[('patch', 'daemonsets')] == 1
     assert counts[('delete', 'daemonsets')] == 1 and counts[('list', 'nodes')] == 1
     assert all(r['code'] < 500 and r['user'] == 'admin' for r in emu.requests())
+
+
+def test_rbac_role_and_binding_writes_cannot_grant_more_than_the_writer_holds(emu):
+    rbac_api = 'rbac.authorization.k8s.io/v1'
+    ref = {'apiGroup': 'rbac.authorization.k8s.io', 'kind': 'ClusterRole'}
+    node_patcher = {'apiVersion': rbac_api, 'kind': 'ClusterRole', 'metadata': {'name': 'esc-node-patcher'},
+                    'rules': [{'apiGroups': [''], 'resources': ['nodes'], 'verbs': ['patch']}]}
+    emu.create(node_patcher)
+    emu.create({'apiVersion': rbac_api, 'kind': 'ClusterRole', 'metadata': {'name': 'esc-writer'}, 'rules': [
+        {'apiGroups': ['rbac.authorization.k8s.io'], 'resources': ['clusterroles', 'clusterrolebindings'],
+         'verbs': ['create', 'patch']},
+        {'apiGroups': [''], 'resources': ['nodes'], 'verbs': ['get']}]})
+    emu.create({'apiVersion': rbac_api, 'kind': 'ClusterRoleBinding', 'metadata': {'name': 'esc-writer'},
+                'roleRef': dict(ref, name='esc-writer'),
+                'subjects': [{'apiGroup': 'rbac.authorization.k8s.io', 'kind': 'User', 'name': 'esc-writer'}]})
+    writer = k8s.RbacAuthorizationV1Api(api_client(emu.add_identity('esc-writer').kubeconfig))
+
+    def binding(name, role):
+        return {'metadata': {'name': name}, 'roleRef': dict(ref, name=role),
+                'subjects': [{'apiGroup': 'rbac.authorization.k8s.io', 'kind': 'User', 'name': 'someone'}]}
+
+    # What the writer holds it may grant; more needs escalate (roles) or bind (bindings) on that name.
+    writer.create_cluster_role({'metadata': {'name': 'esc-reader'},
+                                'rules': [{'apiGroups': [''], 'resources': ['nodes'], 'verbs': ['get']}]})
+    for call, refused in (
+            (lambda: writer.create_cluster_role({'metadata': {'name': 'esc-more'}, 'rules': node_patcher['rules']}),
+             'clusterroles.rbac.authorization.k8s.io "esc-more"'),
+            (lambda: writer.patch_cluster_role('esc-reader', {'rules': node_patcher['rules']}),
+             'clusterroles.rbac.authorization.k8s.io "esc-reader"'),
+            (lambda: writer.create_cluster_role_binding(binding('esc-b1', 'esc-node-patcher')),
+             'clusterrolebindings.rbac.authorization.k8s.io "esc-b1"')):
+        with pytest.raises(ApiException) as denied:
+            call()
+        message = status_of(denied.value)['message']
+        assert denied.value.status == 403 and message.startswith(refused + ' is forbidden: user "esc-writer"'), message
+        assert 'is attempting to grant RBAC permissions not currently held' in message
+        assert "Resources:['nodes'], ResourceNames:[], Verbs:['patch']" in message
+    assert not emu.exists(rbac_api, 'ClusterRole', 'esc-more') and not emu.exists(rbac_api, 'ClusterRoleBinding', 'esc-b1')
+    assert emu.get(rbac_api, 'ClusterRole', 'esc-reader')['rules'][0]['verbs'] == ['get']
+
+    emu.patch(rbac_api, 'ClusterRole', 'esc-writer', {'rules': emu.get(rbac_api, 'ClusterRole', 'esc-writer')['rules'] + [
+        {'apiGroups': ['rbac.authorization.k8s.io'], 'resources': ['clusterroles'], 'verbs': ['escalate', 'bind'],
+         'resourceNames': ['esc-more', 'esc-node-patcher']}]})
+    writer.create_cluster_role({'metadata': {'name': 'esc-more'}, 'rules': node_patcher['rules']})
+    writer.create_cluster_role_binding(binding('esc-b1', 'esc-node-patcher'))
+    with pytest.raises(ApiException) as denied:  # escalate names esc-more, not esc-reader
+        writer.patch_cluster_role('esc-reader', {'rules': node_patcher['rules']})
+    assert denied.value.status == 403

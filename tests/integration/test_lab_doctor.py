@@ -6,6 +6,12 @@ finds every link ok, then each fault changes one real artefact on gpu-p4 (a file
 image, an API object), the doctor names the expected link and cause and its evidence quotes the artefact,
 and the fault is reverted before the next one.
 
+Every playbook here runs as one user bound only to (a copy of) the shipped ClusterRole: site.yml with a bearer
+token (gpuready_k8s_api_key), the doctor and validate with a client key inline in a kubeconfig. The last tests
+check that neither secret appears in any output (site.yml and the first doctor and validate runs at -vvv),
+the Ansible log, a report or a backup; that every rule of the ClusterRole was needed; and that without any
+one rule the playbook that needs it fails naming the verb and the resource.
+
 The fixed state is left behind: pytest runs the files in name order and this is the last one that uses the
 session lab (test_molecule.py starts labs of its own)."""
 
@@ -13,10 +19,12 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import base64
 import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import yaml
@@ -35,22 +43,84 @@ SAVED_CONFIG = '/root/doctor-saved-config.toml'
 NVML = '/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1'
 RUNTIME = '/usr/bin/nvidia-container-runtime'
 PLUGIN_IMAGE = 'nvcr.io/nvidia/k8s-device-plugin:v0.20.0'
-MANIFESTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'fixtures', 'manifests')
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MANIFESTS = os.path.join(ROOT, 'tests', 'fixtures', 'manifests')
 TEST_LABEL = {'gpuready.test': 'doctor'}
+with open(os.path.join(ROOT, 'roles', 'gpuready', 'files', 'clusterrole.yml')) as _clusterrole:
+    SHIPPED_RULES = yaml.safe_load(_clusterrole)['rules']
+DEPLOYER = 'gpuready-lab-deployer'
+RBAC = 'rbac.authorization.k8s.io/v1'
+CLUSTER_ROLES = os.path.join(ROOT, 'tests', 'integration', 'cluster_roles.yml')
+# Cheapest first: the playbook a rule's removal is shown with is the first of these that needed it
+PLAYBOOKS = ('gpuready.nvidia.doctor', 'gpuready.nvidia.validate', CLUSTER_ROLES, 'gpuready.nvidia.site')
+# Rules the lab cannot exercise, and why
+NOT_IN_THE_LAB = {'clusterpolicies': "read where the GPU Operator's CRD exists; the emulator serves no CRDs"}
 
 
-def _playbook(lab, work, playbook, extra_vars, limit=None, check=True):
+class Deployer(object):
+    """The user every playbook here runs as, bound only to a ClusterRole holding the shipped rules, with
+    a bearer token and a client key to grep for afterwards. Keeps each run's output and time span."""
+
+    def __init__(self, api, work):
+        self.api, self.work = api, work
+        identity = api.add_identity(DEPLOYER, token=True, client_cert=True)
+        self.token = identity.token
+        with open(identity.key) as handle:
+            self.key_pem = handle.read()
+        with open(identity.cert) as handle:
+            cert_pem = handle.read()
+        self.kubeconfig = str(work / 'deployer-kubeconfig')
+        with open(self.kubeconfig, 'w') as handle:
+            json.dump({'apiVersion': 'v1', 'kind': 'Config', 'current-context': 'lab',
+                       'clusters': [{'name': 'lab', 'cluster': {'server': api.url, 'certificate-authority': api.ca_cert}}],
+                       'users': [{'name': DEPLOYER, 'user': {
+                           'client-certificate-data': base64.b64encode(cert_pem.encode()).decode(),
+                           'client-key-data': base64.b64encode(self.key_pem.encode()).decode()}}],
+                       'contexts': [{'name': 'lab', 'context': {'cluster': 'lab', 'user': DEPLOYER}}]}, handle)
+        os.chmod(self.kubeconfig, 0o600)
+        role = {'apiVersion': RBAC, 'kind': 'ClusterRole', 'metadata': {'name': DEPLOYER}, 'rules': SHIPPED_RULES}
+        binding = {'apiVersion': RBAC, 'kind': 'ClusterRoleBinding', 'metadata': {'name': DEPLOYER},
+                   'roleRef': {'apiGroup': 'rbac.authorization.k8s.io', 'kind': 'ClusterRole', 'name': DEPLOYER},
+                   'subjects': [{'apiGroup': 'rbac.authorization.k8s.io', 'kind': 'User', 'name': DEPLOYER}]}
+        for obj in (role, binding):
+            if api.exists(RBAC, obj['kind'], DEPLOYER):
+                api.delete(RBAC, obj['kind'], DEPLOYER)
+            api.create(obj)
+        self.runs = []  # (playbook, started, ended, output)
+
+    def grant(self, rules):
+        self.api.patch(RBAC, 'ClusterRole', DEPLOYER, {'rules': rules})
+
+    def auth(self, playbook):
+        if playbook == 'gpuready.nvidia.site':
+            return {'gpuready_k8s_kubeconfig': None, 'gpuready_k8s_host': self.api.url,
+                    'gpuready_k8s_api_key': self.token, 'gpuready_k8s_ca_cert': self.api.ca_cert}
+        return {'gpuready_k8s_kubeconfig': self.kubeconfig}
+
+    def secrets(self):
+        """The token, every line of the key's PEM body, and the key as a kubeconfig carries it."""
+        body = [line for line in self.key_pem.splitlines() if line and not line.startswith('-----')]
+        return [self.token, base64.b64encode(self.key_pem.encode()).decode()[:64]] + body
+
+
+def _playbook(lab, work, playbook, extra_vars, limit=None, check=True, verbose=False):
     exports = lab.exports()
     env = dict(os.environ, CONTAINERS_CONF=exports['CONTAINERS_CONF'],
-               CONTAINERS_STORAGE_CONF=exports['CONTAINERS_STORAGE_CONF'], ANSIBLE_NOCOLOR='1')
-    extra = dict(extra_vars, gpuready_k8s_kubeconfig=exports['KUBECONFIG'],
-                 doctor_sysfs_root=FAKE_SYS, doctor_dmi_product_file='/var/lib/nvidia-fake/product_name')
+               CONTAINERS_STORAGE_CONF=exports['CONTAINERS_STORAGE_CONF'], ANSIBLE_NOCOLOR='1',
+               ANSIBLE_LOG_PATH=str(work / 'ansible.log'))
+    deployer = lab.deployer
+    extra = dict(extra_vars, doctor_sysfs_root=FAKE_SYS, doctor_dmi_product_file='/var/lib/nvidia-fake/product_name',
+                 **deployer.auth(playbook))
     command = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), '-i',
                exports['GPUREADY_LAB_INVENTORY'], playbook, '-e', json.dumps(extra)]
     if limit:
         command += ['--limit', limit]
+    if verbose:
+        command.append('-vvv')
+    started = time.time()
     proc = subprocess.run(command, cwd=str(work), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           universal_newlines=True, timeout=1200, check=False)
+    deployer.runs.append((playbook, started, time.time(), proc.stdout))
     if check:
         assert proc.returncode == 0, proc.stdout[-8000:]
     return proc
@@ -62,18 +132,19 @@ class Lab(object):
     def __init__(self, lab, k8s_api, work):
         self.lab, self.api, self.work = lab, k8s_api, work
         self.container = lab.container(NODE)
+        self.deployer = lab.deployer
         self.runs = 0
 
     def sh(self, script):
         return self.lab.node_exec(self.container, 'sh', '-c', script)
 
-    def doctor(self, limit=HOST, **extra):
+    def doctor(self, limit=HOST, verbose=False, **extra):
         """The doctor playbook on limit; {Node name: report} from its JSON report."""
         self.runs += 1
         path = str(self.work / ('doctor-%d.json' % self.runs))
         variables = {'doctor_fail_when_broken': False}
         variables.update(extra, doctor_report_path=path)
-        proc = _playbook(self.lab, self.work, 'gpuready.nvidia.doctor', variables, limit)
+        proc = _playbook(self.lab, self.work, 'gpuready.nvidia.doctor', variables, limit, verbose=verbose)
         with open(path) as handle:
             return json.load(handle)['nodes'], proc.stdout
 
@@ -110,28 +181,33 @@ class Lab(object):
 @pytest.fixture(scope='module')
 def fixed(lab, k8s_api, tmp_path_factory):
     """Both lab nodes after playbooks/site.yml, run as `make demo` runs it: the nodes reach no index, so the
-    wheels and a signed toolkit mirror come from this machine."""
+    wheels and a signed toolkit mirror come from this machine (served until the module ends: the tests
+    without one ClusterRole rule run site.yml again)."""
     work = tmp_path_factory.mktemp('doctor')
+    lab.deployer = Deployer(k8s_api, work)
     wheels = str(work / 'wheels')
     offline_wheels.build(wheels)
     repo = str(work / 'apt-repo')
     apt_repo.build(repo)
     url, stop = apt_repo.serve(repo)
     try:
-        _playbook(lab, work, 'gpuready.nvidia.site', {
+        site_vars = {
             'node_python_wheels_dir': wheels, 'node_python_update_cache': False,
             'container_toolkit_apt_repo_url': url + '/repo', 'container_toolkit_gpg_key': repo + '/gpgkey.asc',
-            'node_labels_sysfs_root': FAKE_SYS, 'node_labels_dmi_product_file': '/var/lib/nvidia-fake/product_name'})
+            'node_labels_sysfs_root': FAKE_SYS, 'node_labels_dmi_product_file': '/var/lib/nvidia-fake/product_name'}
+        _playbook(lab, work, 'gpuready.nvidia.site', site_vars, verbose=True)
+        _playbook(lab, work, CLUSTER_ROLES, {}, limit=HOST)  # for the rule tests: what it needs on its own
+        state = Lab(lab, k8s_api, work)
+        state.site_vars = site_vars
+        state.sh('cp -p %s %s' % (CONFIG, SAVED_CONFIG))
+        state.healthy()
+        yield state
     finally:
         stop()
-    state = Lab(lab, k8s_api, work)
-    state.sh('cp -p %s %s' % (CONFIG, SAVED_CONFIG))
-    state.healthy()
-    return state
 
 
 def test_a_healthy_lab_is_ok_on_every_link_and_runs_a_test_pod(fixed):
-    reports, output = fixed.doctor(limit=None, doctor_run_workload=True, doctor_fail_when_broken=True)
+    reports, output = fixed.doctor(limit=None, verbose=True, doctor_run_workload=True, doctor_fail_when_broken=True)
     assert sorted(reports) == [OTHER, NODE]
     for name, report in reports.items():
         assert report['status'] == 'ok', (name, report)
@@ -347,9 +423,97 @@ def test_a_failed_validation_ends_with_the_doctor(fixed):
     # at capacity, and the doctor, run by the validate role, names that link before the play fails.
     sharing = {'strategy': 'time-slicing', 'resources': [{'name': 'nvidia.com/gpu', 'replicas': 4}]}
     proc = _playbook(fixed.lab, fixed.work, 'gpuready.nvidia.validate',
-                     {'gpuready_sharing': sharing, 'validate_timeout': 5, 'validate_test_pod': False},
-                     limit=HOST, check=False)
+                     {'gpuready_sharing': sharing, 'validate_timeout': 5, 'validate_test_pod': False,
+                      'validate_report_path': str(fixed.work / 'validate.json')},
+                     limit=HOST, check=False, verbose=True)
     assert proc.returncode != 0
     assert 'gpu-p4: BROKEN at capacity (capacity_mismatch)' in proc.stdout, proc.stdout[-6000:]
     assert 'evidence: Node gpu-p4 status.capacity nvidia.com/gpu: 4; expected 16 (4 GPUs)' in proc.stdout
     assert proc.stdout.index('BROKEN at capacity') < proc.stdout.index('Fail as validation did')
+
+
+# -- secrets and least privilege, over every run above ------------------------------------------------
+
+
+def test_no_secret_in_any_output_log_report_or_backup(fixed):
+    runs = fixed.deployer.runs
+    assert sum(1 for run in runs if 'ESTABLISH LOCAL CONNECTION' in run[3]) >= 3  # site.yml, doctor, validate at -vvv
+    places = dict(('%s run %d' % (run[0], number), run[3]) for number, run in enumerate(runs))
+    for name in sorted(os.listdir(str(fixed.work))):
+        if name == 'ansible.log' or name.endswith('.json'):
+            with open(str(fixed.work / name), errors='replace') as handle:
+                places[name] = handle.read()
+    assert 'ansible.log' in places and 'validate.json' in places and 'doctor-1.json' in places
+    for node in (NODE, OTHER):
+        # containerd's config, its backups and the rollback record (/var/lib/gpuready)
+        places['%s /etc/containerd, /var/lib/gpuready' % node] = fixed.lab.node_exec(
+            fixed.lab.container(node), 'sh', '-c', 'find /etc/containerd /var/lib/gpuready -type f -exec cat {} +')
+    leaks = [(place, secret[:6] + '...') for place, text in sorted(places.items())
+             for secret in fixed.deployer.secrets() if secret in text]
+    assert not leaks
+
+
+def _covers(rule, entry):
+    """Whether rule grants the logged request. The escalate/bind rule counts for writes of the roles
+    and bindings it names (the API checks it when they grant more than the writer holds)."""
+    if entry['resource'] is None:  # discovery, /version: open to every user
+        return False
+    resource = entry['resource'] + ('/' + entry['subresource'] if entry.get('subresource') else '')
+    if entry['group'] not in rule['apiGroups']:
+        return False
+    if rule.get('resourceNames'):
+        return entry['verb'] in ('create', 'patch', 'update') and entry.get('name') in rule['resourceNames']
+    return resource in rule['resources'] and entry['verb'] in rule['verbs']
+
+
+PASSING_RUNS = {}
+
+
+def _passing_requests(fixed):
+    """{playbook: the deployer's requests during its runs}, taken once, before any rule is removed."""
+    if not PASSING_RUNS:
+        log = [entry for entry in fixed.api.requests() if entry['user'] == DEPLOYER]
+        for playbook, started, ended, dummy in fixed.deployer.runs:
+            PASSING_RUNS.setdefault(playbook, []).extend(e for e in log if started <= e['time'] <= ended)
+    return PASSING_RUNS
+
+
+def test_every_rule_was_needed_and_nothing_refused(fixed):
+    by_playbook = _passing_requests(fixed)
+    assert set(by_playbook) == set(PLAYBOOKS)
+    requests = [entry for entries in by_playbook.values() for entry in entries]
+    assert [(e['verb'], e['path']) for e in requests if e['code'] == 403] == []
+    unused = [rule for rule in SHIPPED_RULES if not any(_covers(rule, e) for e in requests)]
+    assert [rule['resources'][0] for rule in unused] == list(NOT_IN_THE_LAB)
+
+
+def _rule_id(rule):
+    return '%s:%s' % (','.join(rule['resources']), ','.join(rule['verbs']))
+
+
+@pytest.mark.parametrize('index', [i for i, r in enumerate(SHIPPED_RULES) if r['resources'][0] not in NOT_IN_THE_LAB],
+                         ids=[_rule_id(r) for r in SHIPPED_RULES if r['resources'][0] not in NOT_IN_THE_LAB])
+def test_without_one_rule_the_playbook_that_needs_it_fails_naming_it(fixed, index):
+    rule = SHIPPED_RULES[index]
+    by_playbook = _passing_requests(fixed)
+    playbook = next(p for p in PLAYBOOKS if any(_covers(rule, e) for e in by_playbook.get(p, [])))
+    variables = {'gpuready.nvidia.doctor': {'doctor_run_workload': True}, 'gpuready.nvidia.validate': {},
+                 CLUSTER_ROLES: {}, 'gpuready.nvidia.site': fixed.site_vars}[playbook]
+    fixed.deployer.grant(SHIPPED_RULES[:index] + SHIPPED_RULES[index + 1:])
+    started = time.time()
+    try:
+        proc = _playbook(fixed.lab, fixed.work, playbook, variables, limit=HOST, check=False)
+    finally:
+        fixed.deployer.grant(SHIPPED_RULES)
+    refused = [e for e in fixed.api.requests() if e['user'] == DEPLOYER and e['code'] == 403 and e['time'] >= started]
+    assert proc.returncode != 0 and refused, proc.stdout[-6000:]
+    # The failed task quotes the API's refusal (through one or more layers of JSON quoting)
+    failure = '\n'.join(line for line in proc.stdout.splitlines() if line.startswith(('fatal:', 'failed:')))
+    failure = failure.replace('\\', '')
+    first = refused[0]
+    named = first['resource'] + ('/' + first['subresource'] if first.get('subresource') else '')
+    if rule.get('resourceNames'):
+        assert 'is attempting to grant RBAC permissions not currently held' in failure, failure[-4000:]
+    else:
+        assert 'cannot %s resource "%s"' % (first['verb'], named) in failure, (first, failure[-4000:])
+    assert 'Traceback' not in failure

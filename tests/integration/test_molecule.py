@@ -13,6 +13,7 @@ __metaclass__ = type
 
 import concurrent.futures
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -28,6 +29,9 @@ SCENARIOS = sorted(name for name in os.listdir(MOLECULE_DIR)
 # Started first so that the last ones to finish are short: the cluster scenarios take longest.
 CLUSTER_SCENARIOS = ('sharing', 'default', 'adopt', 'runtimeclass')
 JOBS = int(os.environ.get('GPUREADY_MOLECULE_JOBS', '2'))
+# What a leaked credential looks like in a log: a private key, a kubeconfig's inline key, a bearer token
+# (the scenarios' users authenticate with tokens and client keys their API emulator issued)
+SECRET_SHAPES = re.compile(r'PRIVATE KEY-----|client-key-data|Bearer [A-Za-z0-9_.-]{20,}')
 
 
 def _run_scenario(scenario):
@@ -64,3 +68,5 @@ def test_scenario(scenario, scenario_runs):  # pylint: disable=redefined-outer-n
     returncode, output, seconds = scenario_runs[scenario].result()
     print('molecule %s: rc %d in %.0f s' % (scenario, returncode, seconds))
     assert returncode == 0, output[-12000:]
+    leaked = sorted(set(match.group(0)[:16] for match in SECRET_SHAPES.finditer(output)))
+    assert not leaked, 'credential-like text in the Molecule log: %s' % leaked

@@ -7,8 +7,13 @@ Follows k8s.io/kubernetes/plugin/pkg/auth/authorizer/rbac: system:masters may do
 otherwise a request is allowed when a rule of a role bound to the user (User subject), one of
 its groups (Group) or its service account (ServiceAccount, as system:serviceaccount:NS:NAME)
 matches. ClusterRoleBindings grant everywhere, RoleBindings only in their namespace (to a Role
-of that namespace or a ClusterRole). Not modelled: aggregated ClusterRoles (their rules are
-filled by a controller), escalation checks on role writes, impersonation.
+of that namespace or a ClusterRole).
+
+Escalation prevention, as the API server's RBAC storage does it: writing a (Cluster)Role needs every
+permission it grants, or `escalate` on it; writing a (Cluster)RoleBinding needs every permission of the
+role it refers to, or `bind` on that role. A wildcard in the new rule is held only through the same
+wildcard. Not modelled: aggregated ClusterRoles (their rules are filled by a controller),
+nonResourceURLs rules (only system:masters may grant them here), impersonation.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -84,3 +89,40 @@ class Authorizer:
                         'RoleBinding' if binding_namespace else 'ClusterRoleBinding', binding['metadata']['name'],
                         role_ref.get('kind'), role_ref.get('name'), subject.get('kind'), subject.get('name'))
         return None
+
+    def _holds(self, user, groups, rule, namespace):
+        if rule.get('nonResourceURLs') and not rule.get('resources'):
+            return 'system:masters' in groups
+        names = rule.get('resourceNames') or [None]
+        for verb in rule.get('verbs') or ():
+            for group in rule.get('apiGroups') or ():
+                for combined in rule.get('resources') or ():
+                    resource, dummy, subresource = combined.partition('/')
+                    for name in names:
+                        if not self.allowed(user, groups, verb, group, resource, namespace, name, subresource or None):
+                            return False
+        return True
+
+    def not_held(self, user, groups, rules, namespace=None):
+        """The rules this user could not grant for lack of holding them (in namespace, or cluster-wide)."""
+        return [rule for rule in rules if not self._holds(user, groups, rule, namespace)]
+
+    def escalation(self, user, groups, resource, namespace, obj):
+        """None when user may write obj (a role or a binding, as it would be stored), else why not."""
+        if resource in ('clusterroles', 'roles'):
+            if self.allowed(user, groups, 'escalate', RBAC, resource, namespace, obj['metadata'].get('name')):
+                return None
+            rules = obj.get('rules') or ()
+        else:
+            role_ref = obj.get('roleRef') or {}
+            referred = 'clusterroles' if role_ref.get('kind') == 'ClusterRole' else 'roles'
+            if self.allowed(user, groups, 'bind', RBAC, referred, namespace, role_ref.get('name')):
+                return None
+            rules = self._role_rules(role_ref, namespace)
+        missing = self.not_held(user, groups, rules, namespace)
+        if not missing:
+            return None
+        return 'user "%s" (groups=%s) is attempting to grant RBAC permissions not currently held:\n%s' % (
+            user, list(groups), '\n'.join('{APIGroups:%s, Resources:%s, ResourceNames:%s, Verbs:%s}' % (
+                rule.get('apiGroups'), rule.get('resources'), rule.get('resourceNames') or [], rule.get('verbs'))
+                for rule in missing))

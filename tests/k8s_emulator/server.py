@@ -32,7 +32,7 @@ from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 from . import errors
 from .errors import ApiError
-from .rbac import Authorizer
+from .rbac import RBAC as RBAC_GROUP, Authorizer
 from .resources import SUBRESOURCE_VERBS
 from .selectors import FieldSelector, LabelSelector
 from .store import APPLY_PATCH, PATCH_TYPES, Expired, MERGE_PATCH, deep_copy
@@ -461,6 +461,8 @@ class ApiServer:
         if not self.authorizer.allowed(user.name, user.groups, route.verb, route.rtype.group, route.rtype.resource,
                                        route.namespace, route.name, route.subresource):
             raise errors.forbidden(user.name, route.verb, route.rtype, route.namespace, route.name, route.subresource)
+        if route.rtype.group == RBAC_GROUP and route.verb in ('create', 'update', 'patch') and not route.subresource:
+            self._prevent_escalation(request, route, user)
         if route.kind == 'log':
             return self._pod_log(request, route)
         if route.subresource == 'binding':
@@ -470,6 +472,22 @@ class ApiServer:
         if route.verb == 'create':
             return self._create(request, route, user)
         return getattr(self, '_' + route.verb)(request, route)
+
+    def _prevent_escalation(self, request, route, user):
+        """403 for a role or binding write that grants more than the writer holds (rbac.py)."""
+        rtype, namespace = route.rtype, route.namespace
+        if route.verb == 'patch':
+            body = request.json()
+            if request.content_type == APPLY_PATCH:
+                obj = self.store.apply(rtype, namespace, route.name, body, None, True)
+            else:
+                obj = self.store.patch(rtype, namespace, route.name, request.content_type, body, None, True)
+        else:
+            obj = self._body(request) or {}
+        why = self.authorizer.escalation(user.name, user.groups, rtype.resource, namespace, obj)
+        if why:
+            name = (obj.get('metadata') or {}).get('name') or route.name
+            raise ApiError(403, '%s "%s" is forbidden: %s' % (rtype.qualified, name, why), reason='Forbidden')
 
     def _dry_run(self, request, body=None):
         values = [request.query.get('dryRun')] if 'dryRun' in request.query else []

@@ -94,7 +94,7 @@ def _strip_ours(doc):
     return doc
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(text=configs(), request=requests, drop_in=st.sampled_from([None, DROP_IN]))
 def test_random_configs(text, request, drop_in):
     before = tomllib.loads(text)  # the generator only makes valid TOML
@@ -130,6 +130,42 @@ def test_random_configs(text, request, drop_in):
     absent = engine.edit(present.config_text, request, CONFIG, drop_in, present.drop_in_text)
     assert absent.config_text == text
     assert absent.drop_in_text is None
+
+
+# Characters that matter to TOML, plus a BOM, a NUL, non-ASCII and a bare carriage return.
+NOISE = st.text('[]{}="\'.,#\n\\ \t\ufeff\x00\r\u00e9abc123', min_size=1, max_size=6)
+
+
+@st.composite
+def damaged_configs(draw):
+    """A valid config with a few spans deleted, replaced or inserted: mostly invalid, sometimes not."""
+    text = draw(configs())
+    for dummy in range(draw(st.integers(1, 3))):
+        start = draw(st.integers(0, len(text)))
+        end = draw(st.integers(start, min(len(text), start + 8)))
+        text = text[:start] + draw(st.one_of(st.just(""), NOISE)) + text[end:]
+    return text
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow])
+@given(text=damaged_configs(), request=requests, drop_in=st.sampled_from([None, DROP_IN]))
+def test_damaged_configs_are_refused_clearly_or_edited_validly(text, request, drop_in):
+    """Whatever the input, the engine answers a ConfigError (which the module reports) or a file
+    that TOML readers accept and that a second run leaves alone; never another exception."""
+    try:
+        outcome = engine.edit(text, request, CONFIG, drop_in)
+    except engine.ConfigError as exc:
+        assert str(exc), "a refusal must say why"
+        event("refused")
+        return
+    event("edited")
+    after = tomllib.loads(outcome.config_text)
+    if outcome.drop_in_text is not None:
+        tomllib.loads(outcome.drop_in_text)
+    runtimes = _runtimes(tomllib.loads(outcome.drop_in_text) if drop_in else after)
+    assert "nvidia" in runtimes
+    again = engine.edit(outcome.config_text, request, CONFIG, drop_in, outcome.drop_in_text)
+    assert (again.config_text, again.drop_in_text) == (outcome.config_text, outcome.drop_in_text)
 
 
 def _runtimes(doc):
