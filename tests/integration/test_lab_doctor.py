@@ -497,7 +497,7 @@ def test_without_one_rule_the_playbook_that_needs_it_fails_naming_it(fixed, inde
     rule = SHIPPED_RULES[index]
     by_playbook = _passing_requests(fixed)
     playbook = next(p for p in PLAYBOOKS if any(_covers(rule, e) for e in by_playbook.get(p, [])))
-    variables = {'gpuready.nvidia.doctor': {'doctor_run_workload': True}, 'gpuready.nvidia.validate': {},
+    variables = {'gpuready.nvidia.doctor': {}, 'gpuready.nvidia.validate': {},
                  CLUSTER_ROLES: {}, 'gpuready.nvidia.site': fixed.site_vars}[playbook]
     fixed.deployer.grant(SHIPPED_RULES[:index] + SHIPPED_RULES[index + 1:])
     started = time.time()

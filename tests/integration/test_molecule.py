@@ -55,7 +55,12 @@ def scenario_runs(lab_module):  # pylint: disable=unused-argument  # lab_module:
     order = [name for name in CLUSTER_SCENARIOS if name in SCENARIOS]
     order += [name for name in SCENARIOS if name not in order]
     with concurrent.futures.ThreadPoolExecutor(max_workers=JOBS) as pool:
-        yield {name: pool.submit(_run_scenario, name) for name in order}
+        runs = {name: pool.submit(_run_scenario, name) for name in order}
+        yield runs
+    # The wall time of each scenario, printed past pytest's capture (make test reports per stage only)
+    sys.__stderr__.write('\nmolecule scenarios (%d at a time): %s\n' % (JOBS, ', '.join(
+        '%s %s' % (name, 'rc %d %.0f s' % (runs[name].result()[0], runs[name].result()[2])
+                   if runs[name].exception() is None else runs[name].exception()) for name in order)))
 
 
 def test_scenarios_found():
