@@ -23,13 +23,16 @@ import re
 
 try:
     import tomlkit
-    from tomlkit.exceptions import ParseError as _TomlParseError
+    from tomlkit.exceptions import ParseError as _TomlParseError, TOMLKitError as _TOMLKitError
     from tomlkit.items import AoT as _AoT, Item as _Item, Null as _Null, Table as _Table, Whitespace as _Whitespace
     HAS_TOMLKIT = True
     TOMLKIT_IMPORT_ERROR = None
 except ImportError as exc:  # pragma: no cover - reported by the caller
     HAS_TOMLKIT = False
     TOMLKIT_IMPORT_ERROR = exc
+
+    class _TOMLKitError(Exception):
+        pass
 
 RUNC_V2 = "io.containerd.runc.v2"
 MARK = "gpuready.nvidia"
@@ -805,6 +808,11 @@ def _check_drop_in(drop_in_path, drop_in_text, config_path, version):
 
 # ---------------------------------------------------------------- entry point
 
+LAYOUT_REFUSAL = ("%s: refusing to write: tomlkit cannot lay out this edit of the file's table order faithfully "
+                  "(sub-tables split across distant headers); nothing was written. Group each table's headers "
+                  "together and run again.")
+
+
 def _dumps(doc, filename, original=None):
     """Render, then prove that the text reads back as the same data: tomlkit cannot always lay out
     an edit of a file whose tables are split in unusual orders, and we write nothing then. Text equal
@@ -817,9 +825,7 @@ def _dumps(doc, filename, original=None):
     except Exception:  # any parse failure means the same: not faithful
         same = False
     if not same:
-        raise ConfigError("%s: refusing to write: tomlkit cannot lay out this edit of the file's table order "
-                          "faithfully (sub-tables split across distant headers); nothing was written. Group "
-                          "each table's headers together and run again." % filename)
+        raise ConfigError(LAYOUT_REFUSAL % filename)
     return text
 
 
@@ -841,6 +847,15 @@ def edit(config_text, request, config_path="/etc/containerd/config.toml", drop_i
     means the file must not exist. Raises ConfigError on input we refuse; the caller then writes
     nothing.
     """
+    try:
+        return _edit(config_text, request, config_path, drop_in_path, drop_in_text)
+    except _TOMLKitError:
+        # tomlkit itself failing to edit a table split in an odd order (a key it just inserted into
+        # an out-of-order table not found again): the same refusal as a layout it cannot render.
+        raise ConfigError(LAYOUT_REFUSAL % config_path)
+
+
+def _edit(config_text, request, config_path, drop_in_path, drop_in_text):
     if not HAS_TOMLKIT:
         raise ConfigError("the Python library tomlkit is required on the controller: %s"
                           % TOMLKIT_IMPORT_ERROR)

@@ -235,6 +235,17 @@ def test_semantic_problems():
     assert "runc is not" in engine.semantic_problems(no_runc, "c.toml", 1)[0]
 
 
+@pytest.mark.parametrize("text", [
+    # Found by test_containerd_config_properties.py: a version 1 file (no `version`) whose plugins table is
+    # split by another table; tomlkit loses the plugins.cri table it has just inserted.
+    'ersion = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\n[grpc]\n[metrics]\n[plugins."io.containerd.internal.v1.opt"]\n',
+    'ersion = 2\n[plugins."io.containerd.grpc.v1.cri"]\n[grpc]\n[plugins."io.containerd.grpc.v1.cri".containerd]\n',
+])
+def test_a_split_table_tomlkit_cannot_extend_is_refused_clearly(text):
+    with pytest.raises(engine.ConfigError, match="tomlkit cannot lay out this edit"):
+        engine.edit(text, engine.Request(), "/etc/containerd/config.toml")
+
+
 def test_dump_problem():
     dump = ('version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\ndefault_runtime_name = "nvidia"\n'
             '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]\nBinaryName = "/x"\n')
