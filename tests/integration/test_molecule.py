@@ -51,16 +51,17 @@ def _run_scenario(scenario):
 
 
 @pytest.fixture(scope='module')
-def scenario_runs(lab_module):  # pylint: disable=unused-argument  # lab_module: root, podman
+def scenario_runs(request, lab_module):  # pylint: disable=unused-argument  # lab_module: root, podman
     order = [name for name in CLUSTER_SCENARIOS if name in SCENARIOS]
     order += [name for name in SCENARIOS if name not in order]
     with concurrent.futures.ThreadPoolExecutor(max_workers=JOBS) as pool:
         runs = {name: pool.submit(_run_scenario, name) for name in order}
         yield runs
-    # The wall time of each scenario, printed past pytest's capture (make test reports per stage only)
-    sys.__stderr__.write('\nmolecule scenarios (%d at a time): %s\n' % (JOBS, ', '.join(
-        '%s %s' % (name, 'rc %d %.0f s' % (runs[name].result()[0], runs[name].result()[2])
-                   if runs[name].exception() is None else runs[name].exception()) for name in order)))
+    # The wall time of each scenario, past pytest's capture (make test reports per stage only)
+    with request.config.pluginmanager.getplugin('capturemanager').global_and_fixture_disabled():
+        sys.stderr.write('\nmolecule scenarios (%d at a time): %s\n' % (JOBS, ', '.join(
+            '%s %s' % (name, 'rc %d %.0f s' % (runs[name].result()[0], runs[name].result()[2])
+                       if runs[name].exception() is None else runs[name].exception()) for name in order)))
 
 
 def test_scenarios_found():
