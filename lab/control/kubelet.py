@@ -434,19 +434,25 @@ class Kubelet:
                 log("pod %s/%s: %s" % (state.namespace, state.name, traceback.format_exc()))
             self.report(pod, state)
         for uid in [u for u in self.pods if u not in seen]:
-            self.kill(self.pods[uid])
-            with self.lock:
-                del self.pods[uid]
-            self.devices.release(uid)
+            # As the kubelet's pod cleanup does: a pod gone from the API whose sandbox containerd could not
+            # stop (containerd restarting, say) is tried again on the next pass, its devices held until then.
+            if self.kill(self.pods[uid]):
+                with self.lock:
+                    del self.pods[uid]
+                self.devices.release(uid)
 
     def kill(self, state):
+        """Stop and remove the pod's sandbox; False when containerd refused (the pod is kept for a retry)."""
         if state.sandbox_id:
             try:
                 self.runtime.StopPodSandbox(pb.StopPodSandboxRequest(pod_sandbox_id=state.sandbox_id), timeout=60)
                 self.runtime.RemovePodSandbox(pb.RemovePodSandboxRequest(pod_sandbox_id=state.sandbox_id), timeout=60)
             except grpc.RpcError as err:
                 log("kill %s/%s: %s" % (state.namespace, state.name, _rpc_error(err)))
+                if err.code() != grpc.StatusCode.NOT_FOUND:
+                    return False
         log("pod %s/%s removed" % (state.namespace, state.name))
+        return True
 
     def admit(self, pod, state):
         spec = pod["spec"]

@@ -12,6 +12,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import copy
+import json
 import os
 import time
 
@@ -324,6 +325,29 @@ def test_pods_that_cannot_start_say_why(lab, k8s_api, seed_node):  # pylint: dis
     assert events[0]['message'] == 'Failed to create pod sandbox: runtimeclass.node.k8s.io "missing" not found'
     assert events[0]['type'] == 'Warning' and events[0]['source']['host'] == NODE
     assert k8s_api.get('v1', 'Pod', 'no-class', namespace='default')['status']['phase'] == 'Pending'
+
+
+def test_a_pod_deleted_while_containerd_is_down_is_stopped_once_it_is_back(lab_module, lab, k8s_api, seed_node):
+    """The kubelet's pod cleanup retries: a sandbox it could not stop stays on its list (a plugin pod left
+    running would keep advertising its GPUs)."""
+    def sandboxes():
+        return set(json.loads(lab.node_exec(seed_node, *(lab_module.CRI + ['pods']))))
+
+    before = sandboxes()
+    pod = labelled(gpu_test_pod('orphan', 0, command=('sleep', '3600')))
+    del pod['spec']['containers'][0]['resources']
+    k8s_api.create(pod)
+    wait_for('the pod to run', lambda: k8s_api.get('v1', 'Pod', 'orphan', namespace='default')['status'].get(
+        'phase') == 'Running')
+    sandbox = wait_for('its sandbox', lambda: sandboxes() - before)
+    lab.node_exec(seed_node, 'systemctl', 'stop', 'containerd')
+    try:
+        k8s_api.delete('v1', 'Pod', 'orphan', namespace='default')
+        time.sleep(3)  # the kubelet's cleanup passes meet containerd down
+    finally:
+        lab.node_exec(seed_node, 'systemctl', 'start', 'containerd')
+    assert sandbox <= sandboxes()  # stopping containerd left the pod running
+    wait_for('the kubelet to stop the sandbox', lambda: not sandbox & sandboxes())
 
 
 def test_gfd_file_output_reaches_the_node_through_nfd_worker(lab, k8s_api, nfd_namespace):
