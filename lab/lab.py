@@ -141,15 +141,19 @@ class Lab:
         raise LabError("timed out after %ss waiting for %s" % (timeout, what))
 
     # -- up --------------------------------------------------------------------------------
-    def up(self):
-        t_start = time.monotonic()
-        if any(NODES[name].get("containerd") == "2" for name in self.names):
-            self.containerd_2_dir()  # fail before anything starts
+    def build_images(self):
+        """build-image.sh: the images and artifacts, built when missing, else taken from the cache."""
         build = subprocess.run(["bash", os.path.join(LAB_DIR, "build-image.sh")],
                                env=dict(self.env, LAB_PYTHON=sys.executable),
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, check=False)
         if build.returncode != 0:
             raise LabError("build-image.sh failed:\n" + build.stdout[-4000:])
+
+    def up(self):
+        t_start = time.monotonic()
+        if any(NODES[name].get("containerd") == "2" for name in self.names):
+            self.containerd_2_dir()  # fail before anything starts
+        self.build_images()
         self.timings["build_image_s"] = round(time.monotonic() - t_start, 1)
         self._remove_nodes()
         self._stop_controllers({})  # of an interrupted run
@@ -345,12 +349,13 @@ class Lab:
     def _remove_nodes(self):
         found = []
         for cid, name in self._lab_containers():
-            pid = self.podman("inspect", "--format", "{{.State.Pid}}", cid, check=False).strip()
+            pid, conmon = (self.podman("inspect", "--format", "{{.State.Pid}} {{.State.ConmonPid}}", cid,
+                                       check=False).split() + ["", ""])[:2]
             try:
                 pidns = os.readlink("/proc/%s/ns/pid" % pid) if pid not in ("", "0") else None
             except OSError:
                 pidns = None
-            found.append((cid, name, pidns))
+            found.append((cid, name, pidns, conmon))
             self.podman("stop", "-t", "30", cid, check=False)
             self.podman("rm", "-f", cid, check=False)
         for volume in self._lab_volumes():
@@ -379,7 +384,6 @@ class Lab:
         Defunct conmons (podman's double-forked monitors, reaped late by this machine's PID 1) are
         problems only with ``count_zombies`` (the teardown test); otherwise they are logged."""
         t0 = time.monotonic()
-        zombies_before = _zombie_conmons()
         state = {}
         if os.path.exists(self.state_path):
             with open(self.state_path) as handle:
@@ -413,7 +417,7 @@ class Lab:
             if removed or os.path.exists(os.path.join(self.cache, "etc", "containers.conf")):
                 problems += ["container %s left" % " ".join(c) for c in self._lab_containers()]
                 problems += ["volume %s left" % v for v in self._lab_volumes()]
-            for cid, name, pidns in removed:
+            for cid, name, pidns, _conmon in removed:
                 if pidns:
                     left = [p for p in _pids() if _readlink("/proc/%s/ns/pid" % p) == pidns]
                     if left:
@@ -421,8 +425,8 @@ class Lab:
                 conmons = [line for line in _ps("pid=,args=") if "conmon" in line and cid in line]
                 if conmons:
                     problems.append("%s: conmon left: %s" % (name, conmons))
-            # Only a down that removed nodes can leave conmons behind (other podman users may, meanwhile).
-            new_zombies = sorted(set(_zombie_conmons()) - set(zombies_before)) if removed else []
+            # The conmons of this lab's nodes only: other labs (Molecule's, beside the tests) leave their own.
+            new_zombies = sorted(set(_zombie_conmons()) & set(conmon for _cid, _name, _ns, conmon in removed))
             if new_zombies and count_zombies:
                 problems.append("defunct conmon(s) left: %s" % new_zombies)
             if emulator_pid and _alive(emulator_pid) and _is_emulator(emulator_pid):

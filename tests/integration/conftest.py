@@ -148,15 +148,41 @@ def _load_lab_module():
     return module
 
 
+def _lab_unavailable():
+    """Why the lab cannot run on this machine, or None."""
+    if os.geteuid() != 0:
+        return 'the lab needs root'
+    for tool in ('podman', 'debootstrap', 'gcc'):
+        if not shutil.which(tool):
+            return 'the lab needs %s (make bootstrap installs it)' % tool
+    return None
+
+
 @pytest.fixture(scope='session')
 def lab_module():
     """lab/lab.py as a module; skips (or fails with GPUREADY_REQUIRE_REAL=1) without root and podman."""
-    if os.geteuid() != 0:
-        _missing('the lab needs root')
-    for tool in ('podman', 'debootstrap', 'gcc'):
-        if not shutil.which(tool):
-            _missing('the lab needs %s (make bootstrap installs it)' % tool)
+    why = _lab_unavailable()
+    if why:
+        _missing(why)
     return _load_lab_module()
+
+
+def _molecule_items(session):
+    return [item for item in getattr(session, 'items', []) if item.path.name == 'test_molecule.py']
+
+
+def pytest_collection_finish(session):
+    """The Molecule scenarios (test_molecule.py) start before the first test and run beside the others:
+    they have lab nodes and API emulators of their own, and mostly wait."""
+    items = _molecule_items(session)
+    if items and _lab_unavailable() is None:
+        items[0].module.start_scenarios(session.config, _load_lab_module(), items)
+
+
+def pytest_sessionfinish(session):
+    items = _molecule_items(session)
+    if items:
+        items[0].module.cancel_scenarios(session.config)
 
 
 @pytest.fixture(scope='session')

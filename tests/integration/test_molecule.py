@@ -5,7 +5,8 @@
 in the collection's root. Each scenario's create/destroy start and remove its own lab nodes from the
 cached lab images (molecule/shared/create.yml), with their own API emulator on a free port, so
 scenarios share nothing and GPUREADY_MOLECULE_JOBS of them (2 unless set) run at once: most of a
-scenario's time is spent waiting on containerd restarts, rollouts and pod phases, not on CPU."""
+scenario's time is spent waiting on containerd restarts, rollouts and pod phases, not on CPU. For the
+same reason they start when collection ends (conftest.py), beside the other integration tests."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -32,6 +33,8 @@ JOBS = int(os.environ.get('GPUREADY_MOLECULE_JOBS', '2'))
 # What a leaked credential looks like in a log: a private key, a kubeconfig's inline key, a bearer token
 # (the scenarios' users authenticate with tokens and client keys their API emulator issued)
 SECRET_SHAPES = re.compile(r'PRIVATE KEY-----|client-key-data|Bearer [A-Za-z0-9_.-]{20,}')
+# (scenario names in start order, {name: future of _run_scenario}), set by start_scenarios
+RUNS = pytest.StashKey()
 
 
 def _run_scenario(scenario):
@@ -50,13 +53,36 @@ def _run_scenario(scenario):
     return proc.returncode, proc.stdout, time.monotonic() - started
 
 
+def start_scenarios(config, lab_module, items):
+    """The scenarios of the selected test_scenario items, submitted to a pool of JOBS; the futures in
+    config.stash[RUNS]."""
+    selected = set(item.callspec.params['scenario'] for item in items if hasattr(item, 'callspec'))
+    order = [name for name in CLUSTER_SCENARIOS if name in selected]
+    order += [name for name in SCENARIOS if name in selected and name not in order]
+    try:
+        # Built here once: the scenarios' creates (lab.py up) then find the images cached, none builds them twice.
+        lab_module.Lab().build_images()
+    except lab_module.LabError as err:
+        failed = concurrent.futures.Future()
+        failed.set_exception(err)
+        config.stash[RUNS] = (order, dict((name, failed) for name in order))
+        return
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=JOBS)
+    config.stash[RUNS] = (order, dict((name, pool.submit(_run_scenario, name)) for name in order))
+    pool.shutdown(wait=False)
+
+
+def cancel_scenarios(config):
+    """At the end of the session (an interrupted one too): the scenarios not started yet never start."""
+    for future in config.stash.get(RUNS, ((), {}))[1].values():
+        future.cancel()
+
+
 @pytest.fixture(scope='module')
 def scenario_runs(request, lab_module):  # pylint: disable=unused-argument  # lab_module: root, podman
-    order = [name for name in CLUSTER_SCENARIOS if name in SCENARIOS]
-    order += [name for name in SCENARIOS if name not in order]
-    with concurrent.futures.ThreadPoolExecutor(max_workers=JOBS) as pool:
-        runs = {name: pool.submit(_run_scenario, name) for name in order}
-        yield runs
+    order, runs = request.config.stash[RUNS]
+    yield runs
+    concurrent.futures.wait(runs.values())
     # The wall time of each scenario, past pytest's capture (make test reports per stage only)
     with request.config.pluginmanager.getplugin('capturemanager').global_and_fixture_disabled():
         sys.stderr.write('\nmolecule scenarios (%d at a time): %s\n' % (JOBS, ', '.join(
