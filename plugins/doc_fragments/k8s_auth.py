@@ -17,6 +17,8 @@ options:
       - Path to a kubeconfig file, or the kubeconfig as a dict.
       - Without it and without O(host), C($KUBECONFIG) or C(~/.kube/config) is read.
       - Environment variable C(K8S_AUTH_KUBECONFIG).
+      - Never logged, as in kubernetes.core (a dict carries tokens, keys and exec environments); a path
+        given here is masked in the output too.
     type: raw
   context:
     description: Kubeconfig context to use instead of the current one. Environment variable C(K8S_AUTH_CONTEXT).

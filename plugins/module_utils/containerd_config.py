@@ -46,6 +46,13 @@ CRI_TABLE_BY_VERSION = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.contain
                         4: "io.containerd.cri.v1.runtime"}
 # The CRI plugin's table names; listed in `disabled_plugins`, each also switches CRI off.
 CRI_TABLES = ("cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime")
+# The tables a containerd reads runtimes from at each config version (`config dump` of 1.6.20, 1.7.24
+# and 2.1.9): 1 is read by 1.x from plugins.cri only; 2 by 1.x from the grpc table and by 2.x from the
+# grpc or the v3 runtime table (AKS writes the latter); 3 and 4 by 2.x from the v3 runtime table only.
+CRI_TABLES_READ_BY_VERSION = {1: ("cri",), 2: ("io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime"),
+                              3: ("io.containerd.cri.v1.runtime",), 4: ("io.containerd.cri.v1.runtime",)}
+# The config version whose CRI table each name is.
+CRI_TABLE_VERSION = {"cri": 1, "io.containerd.grpc.v1.cri": 2, "io.containerd.cri.v1.runtime": 3}
 # No dots: a RuntimeClass handler is a DNS label, and a dotted name reads as nested tables when unquoted.
 RUNTIME_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 
@@ -107,12 +114,70 @@ class Outcome(object):
 def parse(text, filename):
     """Parse TOML text, or raise ConfigError naming the file, line and column."""
     try:
-        return tomlkit.parse(text)
+        doc = tomlkit.parse(text)
     except _TomlParseError as exc:
         raise ConfigError("%s: invalid TOML at line %s, column %s: %s"
                           % (filename, exc.line, exc.col, _parse_error_reason(exc)))
     except Exception as exc:  # tomlkit raises a few non-ParseError types on odd input
         raise ConfigError("%s: invalid TOML: %s" % (filename, exc))
+    if _may_have_shifted_headers(doc):
+        _restore_header_indents(doc, text)
+    return doc
+
+
+def _may_have_shifted_headers(container):
+    """Whether tomlkit's parser may have re-indented headers: it does so to the second and later
+    headers below a header-less table that took the indentation of the first one, e.g. under
+    `  [a.b.c.d]` then `  [a.b.c.e]` with a and b never written (Debian's stock config after
+    runtimes are added). Cheap, so that only such files pay for the render in the repair."""
+    for _key, item in container.body:
+        if isinstance(item, _Table):
+            if item.is_super_table() and item.trivia.indent.strip("\n") and len(item) > 1:
+                return True
+            if _may_have_shifted_headers(item.value):
+                return True
+    return False
+
+
+def _header_tables(container):
+    """Every table that writes a [header] line, in the order tomlkit renders them."""
+    for _key, item in container.body:
+        if isinstance(item, _Table):
+            if not item.is_super_table():
+                yield item
+            for table in _header_tables(item.value):
+                yield table
+        elif isinstance(item, _AoT):
+            for element in item.body:
+                yield element
+                for table in _header_tables(element.value):
+                    yield table
+
+
+def _restore_header_indents(doc, text):
+    """Give every header line the indentation it has in text. Each header is found in the rendering
+    by a marker in its indent; the text's line at the same place, holding the same header, has the
+    indentation that tomlkit lost. Without this a file is re-indented on every run and never a no-op."""
+    tables = list(_header_tables(doc))
+    saved = [table.trivia.indent for table in tables]
+    for number, table in enumerate(tables):
+        table.trivia.indent = "%s\x00%d\x00" % (saved[number], number)
+    marked = tomlkit.dumps(doc).split("\n")
+    for table, indent in zip(tables, saved):
+        table.trivia.indent = indent
+    lines = text.split("\n")
+    if len(marked) != len(lines):
+        return
+    for line, source in zip(marked, lines):
+        match = re.search("\x00(\\d+)\x00", line)
+        if match is None:
+            continue
+        written = line[:match.start()] + line[match.end():]
+        if written.lstrip() != source.lstrip():
+            continue
+        number = int(match.group(1))
+        kept = saved[number][:saved[number].rfind("\n") + 1]  # blank lines before the header
+        tables[number].trivia.indent = kept + source[:len(source) - len(source.lstrip())]
 
 
 def _parse_error_reason(exc):
@@ -273,11 +338,11 @@ def _insert(doc, parent, key, item):
     for other, indent, trail in trivia:
         other.trivia.indent, other.trivia.trail = indent, trail
     inserted = _item_of(parent, key)
-    _indent_like_siblings(parent, key, inserted)
+    _indent_like_siblings(doc, parent, key, inserted)
     return inserted
 
 
-def _indent_like_siblings(parent, key, inserted):
+def _indent_like_siblings(doc, parent, key, inserted):
     """Indent a new item like the items next to it. A new table ends with a blank line: on the next
     parse that line belongs to our table, so removing the table removes the line too."""
     if isinstance(inserted, _Table):
@@ -285,9 +350,7 @@ def _indent_like_siblings(parent, key, inserted):
         inserted.trivia.indent = inserted.trivia.indent.lstrip("\n")
         if inserted.is_super_table():
             return
-        siblings = [_item(parent, k) for k in parent if k != key and isinstance(parent[k], _Table)
-                    and not parent[k].is_super_table()]
-        _copy_indent(inserted, siblings[0] if siblings else None)
+        _copy_indent(inserted, _layout_model(doc, parent, key))
         if len(inserted):
             last = inserted
             while [k for k in last if isinstance(last[k], _Table)]:
@@ -299,6 +362,45 @@ def _indent_like_siblings(parent, key, inserted):
         inserted.trivia.indent = values[0].trivia.indent
 
 
+def _headed(table):
+    """table itself, or for a header-less one the first table below it that has a header (or None)."""
+    if not table.is_super_table():
+        return table
+    return next(_header_tables(table.value), None)
+
+
+def _layout_model(doc, parent, key):
+    """The table whose layout a new table in parent copies: a sibling, else the nearest header table
+    below an ancestor (in Debian's stock config, a runtime added under the header-less
+    `containerd.runtimes` is laid out like `[plugins."io.containerd.grpc.v1.cri".cni]`)."""
+    skip = _item(parent, key)
+    for table in [_concrete(parent, key)] + list(reversed(_ancestors(doc, _concrete(parent, key)) or [])):
+        for name in table:
+            child = _item(table, name)
+            if child is skip or not isinstance(child, _Table) or _contains(child, skip):
+                continue
+            if _headed(child) is not None:
+                return _headed(child)
+        skip = table
+    return None
+
+
+def _ancestors(container, target, chain=()):
+    """The tables from the document down to target (exclusive), found by identity; None if absent."""
+    for _key, item in (container.value if isinstance(container, _Table) else container).body:
+        if isinstance(item, _Table):
+            if item is target:
+                return list(chain)
+            found = _ancestors(item, target, chain + (item,))
+            if found is not None:
+                return found
+    return None
+
+
+def _contains(table, target):
+    return _ancestors(table, target) is not None
+
+
 def _copy_indent(table, model):
     """Give table (ours, fresh) the indentation of model, a parsed table of the same shape."""
     if model is None:
@@ -306,15 +408,15 @@ def _copy_indent(table, model):
     header = model.trivia.indent.lstrip("\n")
     table.trivia.indent = header
     model_values = [_item_of(model, k) for k in model if not isinstance(model[k], _Table)]
-    model_tables = [_item_of(model, k) for k in model if isinstance(model[k], _Table)]
+    model_tables = [_headed(_item_of(model, k)) for k in model if isinstance(model[k], _Table)]
+    model_tables = [t for t in model_tables if t is not None]
     key_indent = model_values[0].trivia.indent.lstrip("\n") if model_values else header
     for k in table:
         item = _item_of(table, k)
         if isinstance(item, _Table):
-            if k in model and isinstance(model[k], _Table):
-                _copy_indent(item, _item_of(model, k))
-            elif model_tables:
-                _copy_indent(item, model_tables[0])
+            alike = _headed(_item_of(model, k)) if k in model and isinstance(model[k], _Table) else None
+            if alike is not None or model_tables:
+                _copy_indent(item, alike or model_tables[0])
             else:  # nothing alike to copy: nest one level like the keys
                 item.trivia.indent = key_indent
                 for sub in item:
@@ -403,7 +505,8 @@ def detect_version(doc, filename, new_file_version):
 
 
 def cri_table_name(doc, version, filename, warnings):
-    """The CRI plugin table to edit. D7: the one the file really uses wins over what version implies."""
+    """The CRI plugin table to edit. D7: the one the file really uses wins over what version implies,
+    but only where containerd reads it at that version; a table it ignores is named in a warning."""
     implied = CRI_TABLE_BY_VERSION[version]
     plugins = _expect_table(doc.get("plugins"), "plugins", filename)
     if not plugins:
@@ -414,9 +517,17 @@ def cri_table_name(doc, version, filename, warnings):
         ctr = cri and _expect_table(cri.get("containerd"), _dotted(["plugins", name, "containerd"]), filename)
         return bool(ctr) and ("runtimes" in ctr or "default_runtime_name" in ctr)
 
-    if used(implied):
+    in_use = [name for name in CRI_TABLES if used(name)]
+    readable = CRI_TABLES_READ_BY_VERSION[version]
+    for name in in_use:
+        if name not in readable:
+            warnings.append(
+                "%s: containerd does not read plugins.\"%s\" in a version %d config, so the runtimes and default "
+                "runtime there have no effect until the file says version = %d; editing plugins.\"%s\""
+                % (filename, name, version, CRI_TABLE_VERSION[name], implied))
+    if implied in in_use:
         return implied
-    others = [name for name in CRI_TABLES if name != implied and used(name)]
+    others = [name for name in in_use if name in readable]
     if len(others) == 1:
         warnings.append(
             "%s: config version %d implies the CRI table plugins.\"%s\", but the file keeps its runtimes "

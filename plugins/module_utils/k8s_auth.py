@@ -36,7 +36,7 @@ except ImportError as exc:  # pragma: no cover - depends on the controller
     KUBERNETES_IMPORT_ERROR = exc
 
 AUTH_ARG_SPEC = dict(
-    kubeconfig=dict(type='raw', fallback=(env_fallback, ['K8S_AUTH_KUBECONFIG'])),
+    kubeconfig=dict(type='raw', no_log=True, fallback=(env_fallback, ['K8S_AUTH_KUBECONFIG'])),
     context=dict(type='str', fallback=(env_fallback, ['K8S_AUTH_CONTEXT'])),
     host=dict(type='str', fallback=(env_fallback, ['K8S_AUTH_HOST'])),
     api_key=dict(type='str', no_log=True, fallback=(env_fallback, ['K8S_AUTH_API_KEY'])),

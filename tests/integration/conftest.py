@@ -20,14 +20,11 @@ import tempfile
 
 import pytest
 
+import require
 from ansible_collections.gpuready.nvidia.tests.integration.containerd_daemon import (
     SERIES, ContainerdDaemon, binary_version)
 
 ENV_VARS = {'1.6': 'GPUREADY_CONTAINERD_1_6', '1.7': 'GPUREADY_CONTAINERD_1_7', '2': 'GPUREADY_CONTAINERD_2'}
-
-
-def _require_real():
-    return os.environ.get('GPUREADY_REQUIRE_REAL') == '1'
 
 
 def _find_binary(series):
@@ -45,9 +42,7 @@ def _find_binary(series):
 
 
 def _missing(why):
-    if _require_real():
-        pytest.fail('real containerd required (GPUREADY_REQUIRE_REAL=1): %s' % why, pytrace=False)
-    pytest.skip(why)
+    require.missing('real containerd: %s' % why)
 
 
 def _check_root():

@@ -191,10 +191,16 @@ def test_case_result_loads_in_real_containerd(case_runs, containerd_daemon, inde
     assert status["runtimes"][name]["options"]["BinaryName"] == case["options"]["binary_path"]
 
 
+# Where containerd reads the default runtime at each config version (`config dump` of 1.6, 1.7, 2.1).
+DEFAULT_READ_FROM = {1: ("cri",), 2: ("io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime"),
+                     3: ("io.containerd.cri.v1.runtime",)}
+
+
 def _default_in(doc):
-    for table in doc.get("plugins", {}).values():
-        if isinstance(table, dict) and "default_runtime_name" in table.get("containerd", {}):
-            return table["containerd"]["default_runtime_name"]
+    plugins = doc.get("plugins", {})
+    for name in DEFAULT_READ_FROM[doc.get("version", 1)]:
+        if "default_runtime_name" in plugins.get(name, {}).get("containerd", {}):
+            return plugins[name]["containerd"]["default_runtime_name"]
     return None
 
 

@@ -20,6 +20,7 @@ import time
 
 import pytest
 
+import require
 from ansible_collections.gpuready.nvidia.plugins.module_utils import cri
 from ansible_collections.gpuready.nvidia.tests.integration.containerd_daemon import (
     SERIES, ContainerdDaemon, ContainerdError)
@@ -378,24 +379,18 @@ def _shims_for(daemon):
     return found
 
 
-def _missing(why):
-    if os.environ.get('GPUREADY_REQUIRE_REAL') == '1':
-        pytest.fail(why, pytrace=False)
-    pytest.skip(why)
-
-
 @pytest.fixture(scope='module')
 def app_image():
     """An OCI archive of a static binary that pauses forever (built with gcc, no registry)."""
     if not shutil.which('gcc'):
-        _missing('gcc is needed to build the static test binary')
+        require.missing('gcc is needed to build the static test binary')
     tmp = tempfile.mkdtemp(prefix='gr-img-')
     src = os.path.join(tmp, 'app.c')
     with open(src, 'w') as handle:
         handle.write('#include <unistd.h>\nint main(void) { for (;;) pause(); }\n')
     binary = os.path.join(tmp, 'app')
     if subprocess.run(['gcc', '-static', '-o', binary, src], check=False).returncode != 0:
-        _missing('cannot link statically (libc6-dev missing?)')
+        require.missing('cannot link statically (libc6-dev missing?)')
     archive = os.path.join(tmp, 'app.tar')
     _oci_archive(archive, binary, 'localhost/gr-app:latest')
     yield archive

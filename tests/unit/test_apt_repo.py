@@ -22,6 +22,7 @@ import urllib.request
 import pytest
 
 import apt_repo
+import require
 
 TOOLS = ('gpg', 'gpgv', 'dpkg-deb')
 
@@ -30,10 +31,7 @@ TOOLS = ('gpg', 'gpgv', 'dpkg-deb')
 def repo(tmp_path_factory):
     missing = [tool for tool in TOOLS if not shutil.which(tool)]
     if missing:
-        message = 'needs %s (Debian: gnupg, gpgv, dpkg)' % ', '.join(missing)
-        if os.environ.get('GPUREADY_REQUIRE_REAL') == '1':
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+        require.missing('needs %s (Debian: gnupg, gpgv, dpkg)' % ', '.join(missing))
     return apt_repo.build(str(tmp_path_factory.mktemp('apt-repo')))
 
 

@@ -22,6 +22,7 @@ import tomllib
 
 import pytest
 
+import require
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpuready.nvidia.plugins.module_utils import containerd_config as engine
@@ -172,8 +173,8 @@ def _read_as_nobody(path):
     return message
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="dropping to uid 65534 needs root")
 def test_unreadable_file_and_folder_are_refused_clearly():
+    require.root()  # dropping to uid 65534
     folder = tempfile.mkdtemp(prefix="gpuready-perm-")  # under /tmp: other users may pass through it
     try:
         os.chmod(folder, 0o755)

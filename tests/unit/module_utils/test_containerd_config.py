@@ -10,6 +10,7 @@ import re
 import tomllib
 
 import pytest
+import tomlkit
 import yaml
 
 import containerd_cases as cases
@@ -71,6 +72,28 @@ def test_present_then_absent_restores_the_bytes(entry):
     absent = run(case, present.config_text, present.drop_in_text, state="absent")
     assert absent.config_text == before
     assert absent.drop_in_text is None
+
+
+def test_headers_below_header_less_tables_keep_their_indentation():
+    # tomlkit's parser adds the first header's indentation to each later sibling below the header-less
+    # a.c.d, so every parse-and-render of this file would indent [a.c.d.n] one step deeper.
+    text = ("[a]\n  [a.b]\n    x = 1\n  [a.c.d.r] # m\n    y = 2\n\n  [a.c.d.n]\n    y = 3\n"
+            "    [a.c.d.n.o]\n      z = 1\n  [a.e]\n")
+    assert tomlkit.dumps(engine.parse(text, CONFIG)) == text
+
+
+def test_a_new_runtime_in_an_indented_file_is_laid_out_like_its_relatives():
+    with open(os.path.join(cases.FIXTURES, "real-configs", "16-debian-bookworm-containerd-package.toml")) as handle:
+        debian = handle.read()
+    outcome = engine.edit(debian, engine.Request(set_as_default=False), CONFIG)
+    grpc = '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes'
+    # Headers and keys as deep as the cni table beside them (header 4 spaces, keys 6), options one step in.
+    assert ("    %s.runc] # gpuready.nvidia: %s\n      runtime_type = \"io.containerd.runc.v2\"\n"
+            % (grpc, engine.RUNC_NOTE)) in outcome.config_text
+    assert ("    %s.nvidia] # gpuready.nvidia\n      runtime_type = \"io.containerd.runc.v2\"\n" % grpc
+            in outcome.config_text)
+    assert ('      %s.nvidia.options]\n        BinaryName = "/usr/bin/nvidia-container-runtime"\n' % grpc
+            in outcome.config_text)
 
 
 @pytest.mark.parametrize("path", cases.real_configs(), ids=os.path.basename)

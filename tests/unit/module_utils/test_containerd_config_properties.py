@@ -28,43 +28,63 @@ indents = st.sampled_from(["", "  ", "    "])
 
 @st.composite
 def key_lines(draw, reserved=()):
+    """Key lines without their indentation: the layout adds it."""
     keys = draw(st.lists(names.filter(lambda n: n not in reserved), max_size=3, unique=True))
-    indent = draw(indents)
-    return "".join("%s%s = %s%s\n" % (indent, k, draw(scalars), draw(comments)) for k in keys)
+    return ["%s = %s%s" % (k, draw(scalars), draw(comments)) for k in keys]
 
 
 @st.composite
 def configs(draw):
+    """A config in one of two layouts: flat (each table's keys at one random indentation, tables in any
+    order) or nested like Debian's stock file (parents first, each header two spaces deeper than its
+    parent's and its keys two deeper than the header), where parent tables may be bare headers."""
     version = draw(st.sampled_from([None, 1, 2, 3]))
     cri = CRI_BY_VERSION[version]
+    nested = draw(st.booleans())
     head = "" if version is None else "version = %d%s\n" % (version, draw(comments))
-    head += draw(key_lines(reserved=("enable_cdi",)))
+    head += "".join(line + "\n" for line in draw(key_lines(reserved=("enable_cdi",))))
     if version is None and not head:
         head = "root = \"/var/lib/containerd\"\n"
-    sections = []
+    sections = []  # (table name, key lines)
+    if nested and draw(st.booleans()):
+        sections.append(("plugins", []))
     if draw(st.booleans()):
-        sections.append("[plugins.%s]\n%s%s" % (cri, draw(key_lines(reserved=("containerd", "enable_cdi"))),
-                                                "  enable_cdi = false\n" if draw(st.booleans()) else ""))
+        sections.append(("plugins.%s" % cri, draw(key_lines(reserved=("containerd", "enable_cdi")))
+                         + (["enable_cdi = false"] if draw(st.booleans()) else [])))
     if draw(st.booleans()):
-        default = '  default_runtime_name = "runc"%s\n' % draw(comments) if draw(st.booleans()) else ""
-        sections.append("[plugins.%s.containerd]\n%s%s" % (
-            cri, default, draw(key_lines(reserved=("runtimes", "default_runtime_name", "default_runtime")))))
+        default = ['default_runtime_name = "runc"%s' % draw(comments)] if draw(st.booleans()) else []
+        sections.append(("plugins.%s.containerd" % cri, default + draw(key_lines(
+            reserved=("runtimes", "default_runtime_name", "default_runtime")))))
     for runtime in draw(st.lists(st.sampled_from(["runc", "crun", "kata"]), max_size=2, unique=True)):
-        body = '  runtime_type = "io.containerd.runc.v2"\n' + draw(key_lines(reserved=("options",)))
-        sections.append("[plugins.%s.containerd.runtimes.%s]\n%s" % (cri, runtime, body))
+        sections.append(("plugins.%s.containerd.runtimes.%s" % (cri, runtime),
+                         ['runtime_type = "io.containerd.runc.v2"'] + draw(key_lines(reserved=("options",)))))
         if draw(st.booleans()):
-            sections.append("[plugins.%s.containerd.runtimes.%s.options]\n%s" % (
-                cri, runtime, draw(key_lines(reserved=("BinaryName", "binaryname", "SystemdCgroup",
-                                                       "systemdcgroup", "Runtime", "runtime")))))
+            sections.append(("plugins.%s.containerd.runtimes.%s.options" % (cri, runtime), draw(key_lines(
+                reserved=("BinaryName", "binaryname", "SystemdCgroup", "systemdcgroup", "Runtime", "runtime")))))
     for extra in draw(st.lists(st.sampled_from(["grpc", "metrics", 'plugins."io.containerd.internal.v1.opt"',
                                                 "debug"]), max_size=3, unique=True)):
-        sections.append("[%s]\n%s" % (extra, draw(key_lines())))
-    order = draw(st.permutations(sections))
-    separators = [draw(st.sampled_from(["", "\n", "# a comment line\n", "\n# section\n"])) for dummy in order]
-    text = head + "".join(sep + section for sep, section in zip(separators, order))
+        sections.append((extra, draw(key_lines())))
+    order = sections if nested else draw(st.permutations(sections))  # nested: parents come first
+    text = head
+    for name, lines in order:
+        if nested:
+            depth = _depth(name)
+            header, keys = "  " * (depth - 1), "  " * depth
+        else:
+            header, keys = "", draw(indents)
+        text += draw(st.sampled_from(["", "\n", "# a comment line\n", "\n# section\n"]))
+        text += "%s[%s]\n%s" % (header, name, "".join(keys + line + "\n" for line in lines))
     if draw(st.booleans()):
         text += "# trailing comment\n"
     return text
+
+
+def _depth(name):
+    """How many tables deep a header's name is (dots inside quotes do not count)."""
+    doc, depth = tomllib.loads("[%s]" % name), 0
+    while doc:
+        doc, depth = next(iter(doc.values())), depth + 1
+    return depth
 
 
 requests = st.builds(engine.Request, set_as_default=st.sampled_from([None, True, False]),

@@ -13,6 +13,7 @@ import textwrap
 
 import pytest
 
+import require
 from ansible_collections.gpuready.nvidia.plugins.module_utils import cri
 
 # What containerd 1.7.24 returned in info["config"] (trimmed to the keys the client reads + some)
@@ -160,7 +161,7 @@ def test_version_response_string_as_varint():
 
 def _proto_classes():
     """StatusResponse & co. built at runtime from descriptors (same field numbers as api.proto)."""
-    descriptor_pb2 = pytest.importorskip('google.protobuf.descriptor_pb2')
+    descriptor_pb2 = require.module('google.protobuf.descriptor_pb2')
     from google.protobuf import descriptor_pool, message_factory  # pylint: disable=import-outside-toplevel
 
     fdp = descriptor_pb2.FileDescriptorProto(name='gpuready_cri_test.proto', package='runtime.v1', syntax='proto3')

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
+import require
 from fake_nvml import harness
 from ansible_collections.gpuready.nvidia.plugins.module_utils import nvml
 
@@ -198,7 +199,7 @@ def test_capability_list_loop():
 
 
 def test_real_pynvml_against_fake_library(tmp_path, monkeypatch):
-    pynvml = pytest.importorskip("pynvml")
+    pynvml = require.module("pynvml")
     library = harness.build(str(tmp_path))
     ctypes.CDLL(library, mode=ctypes.RTLD_GLOBAL)
     config = harness.write_config(str(tmp_path / "conf"), {
