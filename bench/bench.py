@@ -331,9 +331,7 @@ def bench_site(out, work, smoke):
                    CONTAINERS_STORAGE_CONF=exports['CONTAINERS_STORAGE_CONF'], ANSIBLE_NOCOLOR='1')
         extra = json.dumps({'gpuready_k8s_kubeconfig': exports['KUBECONFIG'], 'node_python_wheels_dir': wheels,
                             'node_python_update_cache': False, 'container_toolkit_apt_repo_url': url + '/repo',
-                            'container_toolkit_gpg_key': os.path.join(repo, 'gpgkey.asc'),
-                            'node_labels_sysfs_root': '/var/lib/nvidia-fake/sys',
-                            'node_labels_dmi_product_file': '/var/lib/nvidia-fake/product_name'})
+                            'container_toolkit_gpg_key': os.path.join(repo, 'gpgkey.asc')})
         command = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), '-i',
                    exports['GPUREADY_LAB_INVENTORY'], 'gpuready.nvidia.site', '-e', extra]
         runs = []

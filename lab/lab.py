@@ -49,6 +49,10 @@ DEFAULT_NODES = [name for name, spec in NODES.items() if spec.get("default", Tru
 CONTAINERD_2_BINARIES = ("containerd", "containerd-shim-runc-v2", "ctr")
 CONTAINERD_SEEDS = {"1.6": None, "2": os.path.join(LAB_DIR, "node", "containerd-seed-v3.toml")}
 NVIDIA_MAJOR, UVM_MAJOR = 195, 508  # nvidia-uvm's major is dynamic on a real node
+# Where a GPU node keeps its fake PCI sysfs and DMI product name (its own /sys is the host's); the inventory
+# tells the collection (gpuready_sysfs_root, gpuready_dmi_product_file)
+FAKE_SYSFS_ROOT = "/var/lib/nvidia-fake/sys"
+FAKE_DMI_PRODUCT_FILE = "/var/lib/nvidia-fake/product_name"
 CRI = ["env", "PYTHONPATH=/opt/lab/pylib", "python3", "/opt/lab/cri.py"]
 IMAGE_ARCHIVES = ("pause.oci.tar", "workload.oci.tar", "device-plugin.oci.tar")
 # What the lab's kubelets may do (kubelet.py), granted to the group of every node identity.
@@ -194,15 +198,15 @@ class Lab:
         os.makedirs(os.path.join(tree, "etc", "nvidia-fake"))
         os.makedirs(os.path.join(tree, "etc", "tmpfiles.d"))
         os.makedirs(os.path.join(tree, "etc", "containerd"))
-        os.makedirs(os.path.join(tree, "var", "lib", "nvidia-fake"))
+        os.makedirs(os.path.join(tree, os.path.dirname(FAKE_SYSFS_ROOT).lstrip("/")))
         os.makedirs(os.path.join(tree, "usr", "local", "sbin"))
         shutil.copy(os.path.join(LAB_DIR, "node", "lab-init.sh"), os.path.join(tree, "usr", "local", "sbin", "lab-init"))
         shutil.copyfile(fake["config"], os.path.join(tree, "etc", "nvidia-fake", "gpus.json"))
-        shutil.copytree(fake["sysfs_root"], os.path.join(tree, "var", "lib", "nvidia-fake", "sys"))
+        shutil.copytree(fake["sysfs_root"], os.path.join(tree, FAKE_SYSFS_ROOT.lstrip("/")))
         if os.path.exists(fake["dmi_product_file"]):
-            shutil.copyfile(fake["dmi_product_file"], os.path.join(tree, "var", "lib", "nvidia-fake", "product_name"))
+            shutil.copyfile(fake["dmi_product_file"], os.path.join(tree, FAKE_DMI_PRODUCT_FILE.lstrip("/")))
             # also where a pod that mounts hostPath /sys looks for it (lab/control/kubelet.py HOST_PATH_ALIASES)
-            dmi = os.path.join(tree, "var", "lib", "nvidia-fake", "sys", "class", "dmi", "id")
+            dmi = os.path.join(tree, FAKE_SYSFS_ROOT.lstrip("/"), "class", "dmi", "id")
             os.makedirs(dmi)
             shutil.copyfile(fake["dmi_product_file"], os.path.join(dmi, "product_name"))
         with open(fake["config"]) as handle:
@@ -321,8 +325,13 @@ class Lab:
     def _write_inventory(self):
         path = os.path.join(self.run_dir, "inventory.yml")
         lines = ["# Written by lab/lab.py up. The podman connection needs the lab's podman configuration:",
-                 "# eval \"$(make -s lab-env)\" exports CONTAINERS_CONF and CONTAINERS_STORAGE_CONF.",
-                 "all:", "  children:", "    gpu_nodes:", "      hosts:"]
+                 "# eval \"$(make -s lab-env)\" exports CONTAINERS_CONF and CONTAINERS_STORAGE_CONF (and KUBECONFIG,",
+                 "# which the collection's Kubernetes tasks read when gpuready_k8s_kubeconfig is unset).",
+                 "all:", "  children:", "    gpu_nodes:", "      vars:",
+                 "        # The nodes' GPUs are in a fake sysfs and DMI file (lab/README.md); their own /sys is the host's",
+                 "        gpuready_sysfs_root: %s" % FAKE_SYSFS_ROOT,
+                 "        gpuready_dmi_product_file: %s" % FAKE_DMI_PRODUCT_FILE,
+                 "      hosts:"]
         for name in self.names:
             spec = NODES[name]
             lines += ["        %s:" % spec["inventory"],

@@ -2,7 +2,10 @@
 # make demo: the README's main command. The lab (reused when it is already up), then playbooks/site.yml
 # against it, ending with validation's per-node table. The lab's nodes reach no package index, so, as an
 # air-gapped site would, they get the Python wheels and a signed toolkit mirror from this machine
-# (tests/offline_wheels.py, tests/apt_repo.py; both cached under .cache/demo).
+# (tests/offline_wheels.py, tests/apt_repo.py; both cached under .cache/demo): those -e are the demo's
+# air-gap sources. What the lab itself is comes from it, as for any playbook run against it: the inventory
+# sets where the nodes' fake sysfs and DMI name are (gpuready_sysfs_root, gpuready_dmi_product_file), and
+# the Kubernetes tasks read the exported KUBECONFIG.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tools/test-env.sh >/dev/null
@@ -25,10 +28,8 @@ trap 'kill "$mirror" 2>/dev/null || true' EXIT
 for _ in $(seq 50); do [ -s "$demo/apt-repo.port" ] && break; sleep 0.2; done
 
 ansible-playbook -i "$GPUREADY_LAB_INVENTORY" gpuready.nvidia.site \
-    -e gpuready_k8s_kubeconfig="$KUBECONFIG" \
     -e node_python_wheels_dir="$PWD/$demo/wheels" -e '{"node_python_update_cache": false}' \
     -e container_toolkit_apt_repo_url="http://127.0.0.1:$(cat "$demo/apt-repo.port")/repo" \
     -e container_toolkit_gpg_key="$PWD/$demo/apt-repo/gpgkey.asc" \
-    -e node_labels_sysfs_root=/var/lib/nvidia-fake/sys -e node_labels_dmi_product_file=/var/lib/nvidia-fake/product_name \
     -e validate_report_path="$PWD/$demo/validation.json" \
     "$@"

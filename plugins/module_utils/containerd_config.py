@@ -22,6 +22,11 @@ import posixpath
 import re
 
 try:
+    import tomllib  # Python 3.11+: a strict TOML 1.0 reader, as containerd's
+except ImportError:  # pragma: no cover - older controllers go without the check
+    tomllib = None
+
+try:
     import tomlkit
     from tomlkit.exceptions import ParseError as _TomlParseError, TOMLKitError as _TOMLKitError
     from tomlkit.items import AoT as _AoT, Item as _Item, Null as _Null, Table as _Table, Whitespace as _Whitespace
@@ -120,6 +125,12 @@ def parse(text, filename):
                           % (filename, exc.line, exc.col, _parse_error_reason(exc)))
     except Exception as exc:  # tomlkit raises a few non-ParseError types on odd input
         raise ConfigError("%s: invalid TOML: %s" % (filename, exc))
+    if tomllib is not None:
+        # tomlkit also reads TOML 1.1 (escapes such as \e), which containerd 1.6 and 1.7 refuse to start with.
+        try:
+            tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError("%s: invalid TOML 1.0, which containerd 1.x reads: %s" % (filename, exc))
     if _may_have_shifted_headers(doc):
         _restore_header_indents(doc, text)
     return doc
@@ -1056,22 +1067,19 @@ def dump_problem(dump_text, runtime_name, runtime_path, default_runtime_name=Non
     """What is wrong with `containerd config dump` output for our runtime, or None.
 
     The dump is what containerd really loads, so a runtime written into a table this containerd does
-    not read (a version 3 file on 1.x, a wrong plugin name) shows up here."""
+    not read (a version 3 file on 1.x, a version 1 file on 2.x, a wrong plugin name) shows up here. Only
+    the CRI plugin's own table counts: containerd 2.x also prints tables no plugin reads, as they were."""
     try:
         dump = plain(tomlkit.parse(dump_text))
     except Exception as exc:  # containerd printed something that is not TOML
         return "config dump did not print TOML: %s" % exc
-    found = None
-    for cri in CRI_TABLES:
-        ctr = dump.get("plugins", {}).get(cri, {}).get("containerd", {})
-        runtime = ctr.get("runtimes", {}).get(runtime_name)
-        if isinstance(runtime, dict):
-            found = (ctr, runtime)
-            break
-    if found is None:
+    # containerd 1.x dumps a version 2 config and reads runtimes from the grpc table, 2.x a version 3 one.
+    loaded_in = CRI_TABLE_BY_VERSION.get(dump.get("version"), CRI_TABLE_BY_VERSION[2])
+    ctr = dump.get("plugins", {}).get(loaded_in, {}).get("containerd", {})
+    runtime = ctr.get("runtimes", {}).get(runtime_name)
+    if not isinstance(runtime, dict):
         return "config dump shows no runtime %r: this containerd does not read the table it was written to" \
             % runtime_name
-    ctr, runtime = found
     binary = runtime.get("options", {}).get("BinaryName")
     if binary != runtime_path:
         return "config dump shows runtime %r with BinaryName %r, not %r" % (runtime_name, binary, runtime_path)

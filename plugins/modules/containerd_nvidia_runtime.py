@@ -24,7 +24,10 @@ description:
     is declared too, since containerd 1.x drops its built-in runc once the file declares any runtime; D6
     O(set_as_default) is refused while the deprecated C(containerd.default_runtime) table sets a
     C(runtime_type), which makes containerd 1.x ignore C(default_runtime_name); D7 the CRI table the file
-    really uses wins over the one its version implies (with a warning); D8 a runtime built without a base
+    really uses wins over the one its version implies, where containerd reads it at that version (a version 2
+    file with version-3 tables, as AKS writes), with a warning; a table containerd ignores at the file's version
+    (the C(io.containerd.grpc.v1.cri) tables of a file without C(version), read by containerd 1.x only from
+    C(plugins.cri)) is named in a warning and the implied table is edited; D8 a runtime built without a base
     on a version 3/4 file omits C(runtime_root) and C(runtime_engine), which containerd 2.0 removed."
   - Option keys that differ only in case from the ones written (for example C(binaryName)) are removed,
     because containerd 1.x decodes runtime options case-insensitively.

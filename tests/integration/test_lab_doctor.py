@@ -12,8 +12,12 @@ check that neither secret appears in any output (site.yml and the first doctor a
 the Ansible log, a report or a backup; that every rule of the ClusterRole was needed; and that without any
 one rule the playbook that needs it fails naming the verb and the resource.
 
-The fixed state is left behind: pytest runs the files in name order and this is the last one that uses the
-session lab (test_molecule.py starts labs of its own)."""
+The README's own commands run too, as a user types them against the lab (`eval "$(make -s lab-env)"`, then
+`ansible-playbook -i "$GPUREADY_LAB_INVENTORY" gpuready.nvidia.doctor`, no -e): the lab's inventory says where
+its nodes' GPUs are (gpuready_sysfs_root, gpuready_dmi_product_file) and KUBECONFIG reaches the API. The doctor
+and validate find the fixed lab healthy; the last test runs uninstall.yml that way. pytest runs the files in
+name order and this is the last one that uses the session lab (test_molecule.py starts labs of its own), so
+nothing after it needs the plugin back."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -22,6 +26,7 @@ __metaclass__ = type
 import base64
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -109,8 +114,8 @@ def _playbook(lab, work, playbook, extra_vars, limit=None, check=True, verbose=F
                CONTAINERS_STORAGE_CONF=exports['CONTAINERS_STORAGE_CONF'], ANSIBLE_NOCOLOR='1',
                ANSIBLE_LOG_PATH=str(work / 'ansible.log'))
     deployer = lab.deployer
-    extra = dict(extra_vars, doctor_sysfs_root=FAKE_SYS, doctor_dmi_product_file='/var/lib/nvidia-fake/product_name',
-                 **deployer.auth(playbook))
+    # Where the nodes' GPUs are comes from the lab's inventory (gpuready_sysfs_root), as for any user
+    extra = dict(extra_vars, **deployer.auth(playbook))
     command = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), '-i',
                exports['GPUREADY_LAB_INVENTORY'], playbook, '-e', json.dumps(extra)]
     if limit:
@@ -193,8 +198,7 @@ def fixed(lab, k8s_api, tmp_path_factory):
     try:
         site_vars = {
             'node_python_wheels_dir': wheels, 'node_python_update_cache': False,
-            'container_toolkit_apt_repo_url': url + '/repo', 'container_toolkit_gpg_key': repo + '/gpgkey.asc',
-            'node_labels_sysfs_root': FAKE_SYS, 'node_labels_dmi_product_file': '/var/lib/nvidia-fake/product_name'}
+            'container_toolkit_apt_repo_url': url + '/repo', 'container_toolkit_gpg_key': repo + '/gpgkey.asc'}
         _playbook(lab, work, 'gpuready.nvidia.site', site_vars, verbose=True)
         _playbook(lab, work, CLUSTER_ROLES, {}, limit=HOST)  # for the rule tests: what it needs on its own
         state = Lab(lab, k8s_api, work)
@@ -217,6 +221,31 @@ def test_a_healthy_lab_is_ok_on_every_link_and_runs_a_test_pod(fixed):
     assert 'gpu-p4: ok' in output
     # The test pod was labelled, and deleted
     assert not fixed.api.list('v1', 'Pod', namespace=NAMESPACE, label_selector='app.kubernetes.io/name=gpuready-gpu-test')
+
+
+def _as_the_readme_says(lab, playbook, work):
+    """`eval "$(make -s lab-env)"; ansible-playbook -i "$GPUREADY_LAB_INVENTORY" PLAYBOOK`: the lab's exports
+    (KUBECONFIG, the podman configuration, ...) and nothing else, no -e, as the lab's admin."""
+    exports = lab.exports()
+    env = dict(os.environ, ANSIBLE_NOCOLOR='1', **exports)
+    command = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), '-i',
+               exports['GPUREADY_LAB_INVENTORY'], playbook]
+    return subprocess.run(command, cwd=str(work), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          universal_newlines=True, timeout=900, check=False)
+
+
+def test_the_readme_doctor_and_validate_find_the_healthy_lab_healthy(fixed, tmp_path):
+    # Before gpuready_sysfs_root the doctor read the nodes' own /sys, found no NVIDIA PCI device and called both
+    # healthy nodes BROKEN at driver (no_nvidia_gpu) unless given the lab's sysfs with -e.
+    doctor = _as_the_readme_says(fixed.lab, 'gpuready.nvidia.doctor', tmp_path)
+    assert doctor.returncode == 0, doctor.stdout[-6000:]  # doctor_fail_when_broken: any broken link fails it
+    for name in (NODE, OTHER):
+        assert '%s: ok' % name in doctor.stdout, doctor.stdout[-6000:]
+    assert 'BROKEN' not in doctor.stdout and 'no_nvidia_gpu' not in doctor.stdout
+    validate = _as_the_readme_says(fixed.lab, 'gpuready.nvidia.validate', tmp_path)
+    assert validate.returncode == 0, validate.stdout[-6000:]
+    for name in (NODE, OTHER):  # the per-node table: node, GPUs, expected, capacity, allocatable, test pod
+        assert re.search(r'"%s +[1-9].*passed' % name, validate.stdout), validate.stdout[-6000:]
 
 
 # -- the faults: (inject, revert) on the Lab ----------------------------------------------------------
@@ -517,3 +546,14 @@ def test_without_one_rule_the_playbook_that_needs_it_fails_naming_it(fixed, inde
     else:
         assert 'cannot %s resource "%s"' % (first['verb'], named) in failure, (first, failure[-4000:])
     assert 'Traceback' not in failure
+
+
+# -- last: uninstall.yml as the README runs it (nothing after this module needs the plugin) -----------------
+
+
+def test_the_readme_uninstall_removes_what_site_deployed(fixed, tmp_path):
+    proc = _as_the_readme_says(fixed.lab, 'gpuready.nvidia.uninstall', tmp_path)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    assert fixed.api.list('apps/v1', 'DaemonSet', label_selector='app.kubernetes.io/managed-by=gpuready.nvidia') == []
+    for name in (NODE, OTHER):
+        assert 'nvidia.com/gpu.present' not in fixed.api.get('v1', 'Node', name)['metadata'].get('labels', {})

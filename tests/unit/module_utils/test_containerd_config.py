@@ -74,6 +74,13 @@ def test_present_then_absent_restores_the_bytes(entry):
     assert absent.drop_in_text is None
 
 
+def test_toml_1_1_that_containerd_cannot_read_is_refused():
+    # tomlkit accepts the \e escape of TOML 1.1; containerd 1.6 and 1.7 refuse the file ("invalid escape sequence").
+    text = 'version = 2\n[plugins."io\\erd.grpc.v1.cri"]\n'
+    with pytest.raises(engine.ConfigError, match=r"invalid TOML 1.0, which containerd 1.x reads: Unescaped"):
+        engine.edit(text, engine.Request(set_as_default=True), CONFIG)
+
+
 def test_headers_below_header_less_tables_keep_their_indentation():
     # tomlkit's parser adds the first header's indentation to each later sibling below the header-less
     # a.c.d, so every parse-and-render of this file would indent [a.c.d.n] one step deeper.
