@@ -139,7 +139,7 @@ def parse(text, filename):
 def _may_have_shifted_headers(container):
     """Whether tomlkit's parser may have re-indented headers: it does so to the second and later
     headers below a header-less table that took the indentation of the first one, e.g. under
-    `  [a.b.c.d]` then `  [a.b.c.e]` with a and b never written (Debian's stock config after
+    `  [a.b.c.d]` then `  [a.b.c.e]` with b and c never written (Debian's stock config after
     runtimes are added). Cheap, so that only such files pay for the render in the repair."""
     for _key, item in container.body:
         if isinstance(item, _Table):
@@ -156,13 +156,11 @@ def _header_tables(container):
         if isinstance(item, _Table):
             if not item.is_super_table():
                 yield item
-            for table in _header_tables(item.value):
-                yield table
+            yield from _header_tables(item.value)
         elif isinstance(item, _AoT):
             for element in item.body:
                 yield element
-                for table in _header_tables(element.value):
-                    yield table
+                yield from _header_tables(element.value)
 
 
 def _restore_header_indents(doc, text):

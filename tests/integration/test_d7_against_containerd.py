@@ -10,7 +10,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import os
 import tomllib
 
 import pytest
@@ -52,8 +51,8 @@ def _loaded(binary, path, series):
 
 @pytest.mark.parametrize("version, table, series", CASES,
                          ids=["v%s-%s@%s" % (v or "none", t, s) for v, t, s in CASES])
-def test_where_containerd_loads_the_file_it_loads_nvidia_as_default(tmp_path, containerd_binary, version, table,
-                                                                   series):
+def test_where_containerd_loads_the_file_it_loads_nvidia_as_default(tmp_path, containerd_binary,
+                                                                    version, table, series):
     binary = containerd_binary(series)
     before = str(tmp_path / "before.toml")
     with open(before, "w") as handle:
@@ -78,7 +77,6 @@ def test_where_containerd_loads_the_file_it_loads_nvidia_as_default(tmp_path, co
         assert "crun" in edited["runtimes"]
     else:
         assert outcome.warnings and "does not read" in " ".join(outcome.warnings), outcome.warnings
-    assert os.path.getsize(after) > 0
 
 
 @pytest.mark.parametrize("table", TABLES)
