@@ -15,9 +15,8 @@ one rule the playbook that needs it fails naming the verb and the resource.
 The README's own commands run too, as a user types them against the lab (`eval "$(make -s lab-env)"`, then
 `ansible-playbook -i "$GPUREADY_LAB_INVENTORY" gpuready.nvidia.doctor`, no -e): the lab's inventory says where
 its nodes' GPUs are (gpuready_sysfs_root, gpuready_dmi_product_file) and KUBECONFIG reaches the API. The doctor
-and validate find the fixed lab healthy; the last test runs uninstall.yml that way. pytest runs the files in
-name order and this is the last one that uses the session lab (test_molecule.py starts labs of its own), so
-nothing after it needs the plugin back."""
+and validate find the fixed lab healthy. The fixed state is left behind: pytest runs the files in name order
+and this is the last one that uses the session lab (test_molecule.py starts labs of its own)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -547,13 +546,3 @@ def test_without_one_rule_the_playbook_that_needs_it_fails_naming_it(fixed, inde
         assert 'cannot %s resource "%s"' % (first['verb'], named) in failure, (first, failure[-4000:])
     assert 'Traceback' not in failure
 
-
-# -- last: uninstall.yml as the README runs it (nothing after this module needs the plugin) -----------------
-
-
-def test_the_readme_uninstall_removes_what_site_deployed(fixed, tmp_path):
-    proc = _as_the_readme_says(fixed.lab, 'gpuready.nvidia.uninstall', tmp_path)
-    assert proc.returncode == 0, proc.stdout[-6000:]
-    assert fixed.api.list('apps/v1', 'DaemonSet', label_selector='app.kubernetes.io/managed-by=gpuready.nvidia') == []
-    for name in (NODE, OTHER):
-        assert 'nvidia.com/gpu.present' not in fixed.api.get('v1', 'Node', name)['metadata'].get('labels', {})
