@@ -545,4 +545,3 @@ def test_without_one_rule_the_playbook_that_needs_it_fails_naming_it(fixed, inde
     else:
         assert 'cannot %s resource "%s"' % (first['verb'], named) in failure, (first, failure[-4000:])
     assert 'Traceback' not in failure
-
