@@ -15,6 +15,12 @@ from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuready.nvidia.plugins.module_utils import containerd_config as engine
+from ansible_collections.gpuready.nvidia.plugins.module_utils.containerd_argspec import ARGUMENT_SPEC
+from ansible_collections.gpuready.nvidia.plugins.module_utils.containerd_checks import (
+    dump_problem, kubelet_systemd_cgroup, semantic_problems)
+from ansible_collections.gpuready.nvidia.plugins.module_utils.containerd_dropin import covering_import
+from ansible_collections.gpuready.nvidia.plugins.module_utils.containerd_toml import HAS_TOMLKIT, TOMLKIT_IMPORT_ERROR, ConfigError
+from ansible_collections.gpuready.nvidia.plugins.module_utils.containerd_versions import cri_disabled
 from ansible_collections.gpuready.nvidia.plugins.module_utils import k3s_containerd
 
 NODE_MODULE = "gpuready.nvidia.containerd_config_file"
@@ -35,12 +41,12 @@ class ActionModule(ActionBase):
         if isinstance(args.get("config_version"), int):
             args["config_version"] = str(args["config_version"])
         self._task.args = args
-        dummy, params = self.validate_argument_spec(argument_spec=engine.ARGUMENT_SPEC)
+        dummy, params = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         # Plain str, not Ansible's tagged strings: they end up as TOML values.
         params = dict((k, str(v) if isinstance(v, str) else v) for k, v in params.items())
-        if not engine.HAS_TOMLKIT:
+        if not HAS_TOMLKIT:
             raise AnsibleActionFail("containerd_nvidia_runtime needs the Python library tomlkit on the "
-                                    "controller (pip install tomlkit): %s" % engine.TOMLKIT_IMPORT_ERROR)
+                                    "controller (pip install tomlkit): %s" % TOMLKIT_IMPORT_ERROR)
         try:
             result.update(self._run(params, task_vars))
         finally:
@@ -73,7 +79,7 @@ class ActionModule(ActionBase):
         try:
             outcome = engine.edit(config["content"], request, config_path=path, drop_in_path=drop_in,
                                   drop_in_text=dropped["content"] if dropped else None)
-        except engine.ConfigError as exc:
+        except ConfigError as exc:
             raise AnsibleActionFail(to_text(exc))
         # The engine used the requested version only for a file without keys; say so when it differs.
         if params["config_version"] != "auto" and outcome.config_version != int(params["config_version"]):
@@ -123,7 +129,7 @@ class ActionModule(ActionBase):
             wanted, outcome = k3s_containerd.plan(
                 flavor, rendered, files[rendered]["content"], dict((p, files[p]["content"]) for p in candidates),
                 request, config_dir, params["drop_in"])
-        except engine.ConfigError as exc:
+        except ConfigError as exc:
             raise AnsibleActionFail(to_text(exc))
         changes = [(p, files[p], new) for p, new in sorted(wanted.items())]
         result = self._write(params, changes, outcome, task_vars)
@@ -138,8 +144,8 @@ class ActionModule(ActionBase):
         kubelet_cgroup = None
         if params["systemd_cgroup"] == "auto" and kubelet_text is not None:
             try:
-                kubelet_cgroup = engine.kubelet_systemd_cgroup(yaml.safe_load(kubelet_text) or {})
-            except (yaml.YAMLError, engine.ConfigError) as exc:
+                kubelet_cgroup = kubelet_systemd_cgroup(yaml.safe_load(kubelet_text) or {})
+            except (yaml.YAMLError, ConfigError) as exc:
                 raise AnsibleActionFail("%s: cannot read the kubelet's cgroupDriver: %s"
                                         % (params["kubelet_config"], exc))
         systemd = {"auto": "auto", "true": True, "false": False}[params["systemd_cgroup"]]
@@ -148,13 +154,13 @@ class ActionModule(ActionBase):
                                   set_as_default=params["set_as_default"], enable_cdi=params["enable_cdi"],
                                   systemd_cgroup=systemd, kubelet_systemd_cgroup=kubelet_cgroup,
                                   state=params["state"], new_file_version=new_version)
-        except engine.ConfigError as exc:
+        except ConfigError as exc:
             raise AnsibleActionFail(to_text(exc))
 
     def _validate(self, params, outcome, containerd_major, drop_in, task_vars):
         """Semantic checks here, then containerd's own parser on the node; nothing is written on failure."""
         checked = outcome.drop_in_text if drop_in else outcome.config_text
-        problems = engine.semantic_problems(checked, drop_in or params["path"], containerd_major)
+        problems = semantic_problems(checked, drop_in or params["path"], containerd_major)
         if problems:
             raise AnsibleActionFail("validation failed, nothing written: " + "; ".join(problems))
         if containerd_major is None:
@@ -165,12 +171,12 @@ class ActionModule(ActionBase):
         rewrite = None
         if drop_in:
             files.append({"path": drop_in, "content": outcome.drop_in_text})
-            rewrite = engine.covering_import(outcome.config_text, drop_in, params["path"])
+            rewrite = covering_import(outcome.config_text, drop_in, params["path"])
         dump = self._node(task_vars, op="validate", files=files, import_rewrite=rewrite,
                           containerd_binary=params["containerd_binary"])["dump"]
-        if engine.cri_disabled(outcome.config_text):
+        if cri_disabled(outcome.config_text):
             return  # already warned: a containerd without CRI has no runtimes to show
-        problem = engine.dump_problem(dump, params["runtime_name"], params["runtime_path"],
-                                      outcome.default_runtime_name)
+        problem = dump_problem(dump, params["runtime_name"], params["runtime_path"],
+                               outcome.default_runtime_name)
         if problem:
             raise AnsibleActionFail("validation failed, nothing written: containerd %s" % problem)

@@ -21,7 +21,8 @@ import json
 import os
 import re
 
-from ansible_collections.gpuready.nvidia.plugins.module_utils import containerd_config as cc
+from ansible_collections.gpuready.nvidia.plugins.module_utils.containerd_toml import ConfigError, parse, plain
+from ansible_collections.gpuready.nvidia.plugins.module_utils.containerd_versions import CRI_TABLE_BY_VERSION, CRI_TABLES, cri_disabled
 from ansible_collections.gpuready.nvidia.plugins.module_utils.gpu_validate import (
     ValidationError, _json, list_objects, waiting_reason)
 from ansible_collections.gpuready.nvidia.plugins.module_utils.k8s_auth import ApiError, call_api
@@ -463,11 +464,11 @@ def _parsed(n, entry):
     ConfigError is raised again on every call."""
     if entry['path'] not in n.parsed:
         try:
-            n.parsed[entry['path']] = cc.plain(cc.parse(entry['text'], entry['path']))
-        except cc.ConfigError as exc:
+            n.parsed[entry['path']] = plain(parse(entry['text'], entry['path']))
+        except ConfigError as exc:
             n.parsed[entry['path']] = exc
     found = n.parsed[entry['path']]
-    if isinstance(found, cc.ConfigError):
+    if isinstance(found, ConfigError):
         raise found
     return found
 
@@ -476,7 +477,7 @@ def _runtime_tables(doc, runtime_name):
     """[(cri table name, ctr table, runtime table)] for every CRI table holding the runtime."""
     found = []
     plugins = doc.get('plugins') or {}
-    for name in cc.CRI_TABLES:
+    for name in CRI_TABLES:
         ctr = (plugins.get(name) or {}).get('containerd') or {}
         runtime = (ctr.get('runtimes') or {}).get(runtime_name)
         if runtime is not None:
@@ -510,7 +511,7 @@ def check_toolkit(n):
     binaries = n.host['executables']
     try:
         found = _file_runtime(n)
-    except cc.ConfigError:
+    except ConfigError:
         found = None  # containerd_config names it
     binary = ((found[5].get('options') or {}).get('BinaryName') if found else None)
     if binary:
@@ -543,9 +544,9 @@ def check_containerd_config(n):
     for entry in _config_files(n):
         try:
             _parsed(n, entry)
-        except cc.ConfigError as exc:
+        except ConfigError as exc:
             raise Finding('containerd_config_invalid', str(exc))
-        if cc.cri_disabled(entry['text']):
+        if cri_disabled(entry['text']):
             raise Finding('cri_plugin_disabled', '%s: %s' % (entry['path'], _line(entry['text'], r'^disabled_plugins')))
     found = _file_runtime(n)
     if found is None:
@@ -554,7 +555,7 @@ def check_containerd_config(n):
                       '%s does not exist (containerd runs on its defaults)' % config['path'])
     path, text, version, table, _ctr, runtime = found
     major = _containerd_major(n)
-    implied = cc.CRI_TABLE_BY_VERSION.get(version)
+    implied = CRI_TABLE_BY_VERSION.get(version)
     header = _line(text, r'runtimes\.%s\]' % re.escape(n.runtime_name)) or table
     if table != implied:
         raise Finding('runtime_in_wrong_table', '%s (version = %s) declares %s; that version reads plugins."%s"'

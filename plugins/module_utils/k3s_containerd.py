@@ -24,7 +24,12 @@ try:
 except ImportError:  # pragma: no cover - Python < 3.11 on the controller
     _strict_toml = None
 
-from ansible_collections.gpuready.nvidia.plugins.module_utils import containerd_config as engine
+from ansible_collections.gpuready.nvidia.plugins.module_utils.containerd_config import Outcome
+from ansible_collections.gpuready.nvidia.plugins.module_utils.containerd_dropin import imports_cover
+from ansible_collections.gpuready.nvidia.plugins.module_utils.containerd_entry import build_entry
+from ansible_collections.gpuready.nvidia.plugins.module_utils.containerd_toml import (
+    ConfigError, dotted, get_path, parse, plain, to_item, tomlkit)
+from ansible_collections.gpuready.nvidia.plugins.module_utils.containerd_versions import cri_table_name, detect_version
 
 FLAVORS = ("k3s", "rke2")
 OUR_HEADER = "# Written by gpuready.nvidia (containerd_nvidia_runtime)."
@@ -59,16 +64,16 @@ def _ours(text):
 def plan(flavor, rendered_path, rendered_text, files, request, flavor_config_dir, drop_in_path=None):
     """New content for each file we own: {path: text, or None to remove}; files maps each path we
     might write to its current text (None when missing). Returns (changes, outcome)."""
-    outcome = engine.Outcome()
+    outcome = Outcome()
     if rendered_text is None:
-        raise engine.ConfigError("%s does not exist: start %s once so that it renders containerd's config, "
-                                 "then run again" % (rendered_path, flavor))
-    doc = engine.parse(rendered_text, rendered_path)
-    version = engine.detect_version(doc, rendered_path, 3)
-    cri = engine.cri_table_name(doc, version, rendered_path, outcome.warnings)
+        raise ConfigError("%s does not exist: start %s once so that it renders containerd's config, "
+                          "then run again" % (rendered_path, flavor))
+    doc = parse(rendered_text, rendered_path)
+    version = detect_version(doc, rendered_path, 3)
+    cri = cri_table_name(doc, version, rendered_path, outcome.warnings)
     runtimes_path = ["plugins", cri, "containerd", "runtimes"]
     outcome.config_version = version
-    outcome.runtime_table = engine._dotted(runtimes_path + [request.runtime_name])  # pylint: disable=protected-access
+    outcome.runtime_table = dotted(runtimes_path + [request.runtime_name])
     default_file = default_runtime_file(flavor_config_dir, request.runtime_name)
     template = template_path(rendered_path, version)
     wanted = {}
@@ -79,12 +84,12 @@ def plan(flavor, rendered_path, rendered_text, files, request, flavor_config_dir
                 wanted[path] = None
         return _changes(files, wanted), outcome
 
-    runtimes = engine.plain(doc).get("plugins", {}).get(cri, {}).get("containerd", {}).get("runtimes", {})
+    runtimes = plain(doc).get("plugins", {}).get(cri, {}).get("containerd", {}).get("runtimes", {})
     current = runtimes.get(request.runtime_name)
     if current is not None:
         binary = current.get("options", {}).get("BinaryName")
         if binary != request.runtime_path:
-            raise engine.ConfigError(
+            raise ConfigError(
                 "%s already renders runtime %r with BinaryName %r; a second table of that name would stop "
                 "containerd. Pick another runtime_name for %s."
                 % (flavor, request.runtime_name, binary, request.runtime_path))
@@ -92,20 +97,19 @@ def plan(flavor, rendered_path, rendered_text, files, request, flavor_config_dir
         outcome.warnings.append("%s adds runtime %r itself once it finds %s at start: install the toolkit, "
                                 "then restart %s" % (flavor, request.runtime_name, request.runtime_path, flavor))
     else:
-        table = _runtime_table_text(engine._get_path(doc, runtimes_path, rendered_path),  # pylint: disable=protected-access
-                                    version, cri, request)
+        table = _runtime_table_text(get_path(doc, runtimes_path, rendered_path), version, cri, request)
         _refuse_duplicates(rendered_text, table, rendered_path)
         if drop_in_path:
-            imports = engine.plain(doc).get("imports", [])
-            if not engine.imports_cover(imports, drop_in_path, rendered_path):
-                raise engine.ConfigError(
+            imports = plain(doc).get("imports", [])
+            if not imports_cover(imports, drop_in_path, rendered_path):
+                raise ConfigError(
                     "%s does not import %s (this %s release has no config drop-in folder); omit drop_in to "
                     "use a config template instead" % (rendered_path, drop_in_path, flavor))
             wanted[drop_in_path] = "%s\nversion = %d\n\n%s" % (OUR_HEADER, version, table)
         else:
             existing = files.get(template)
             if existing is not None and not _ours(existing):
-                raise engine.ConfigError(
+                raise ConfigError(
                     "%s is a template of your own; containerd_nvidia_runtime does not edit Go templates. "
                     "Append this table to it:\n%s" % (template, table))
             wanted[template] = ("%s Renders %s's own config, then adds the runtime.\n{{ template \"base\" . }}\n\n%s"
@@ -119,14 +123,14 @@ def plan(flavor, rendered_path, rendered_text, files, request, flavor_config_dir
 
 
 def _runtime_table_text(runtimes, version, cri, request):
-    entry, _base = engine.build_entry(runtimes, None, version, request, "rendered config")
-    doc = engine.tomlkit.document()
+    entry, _base = build_entry(runtimes, None, version, request, "rendered config")
+    doc = tomlkit.document()
     node = doc
     for part in ["plugins", cri, "containerd", "runtimes"]:
-        node[part] = engine.tomlkit.table(is_super_table=True)
+        node[part] = tomlkit.table(is_super_table=True)
         node = node[part]
-    node[request.runtime_name] = engine._to_item(entry)  # pylint: disable=protected-access
-    return engine.tomlkit.dumps(doc)
+    node[request.runtime_name] = to_item(entry)
+    return tomlkit.dumps(doc)
 
 
 def _refuse_duplicates(rendered_text, table, rendered_path):
@@ -135,8 +139,8 @@ def _refuse_duplicates(rendered_text, table, rendered_path):
     try:
         _strict_toml.loads(rendered_text + "\n" + table)
     except _strict_toml.TOMLDecodeError as exc:
-        raise engine.ConfigError("the runtime table would clash with %s once rendered (%s); nothing written"
-                                 % (rendered_path, exc))
+        raise ConfigError("the runtime table would clash with %s once rendered (%s); nothing written"
+                          % (rendered_path, exc))
 
 
 def _changes(files, wanted):

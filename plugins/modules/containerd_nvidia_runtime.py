@@ -235,7 +235,7 @@ diff:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuready.nvidia.plugins.module_utils.containerd_config import ARGUMENT_SPEC
+from ansible_collections.gpuready.nvidia.plugins.module_utils.containerd_argspec import ARGUMENT_SPEC
 
 
 def main():

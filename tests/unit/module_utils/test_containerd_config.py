@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""The edit engine in-process: every case file entry, every real config, and the ownership marks."""
+"""The edit engine in-process: every case file entry, every real config, present then absent."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -16,6 +16,10 @@ import yaml
 import containerd_cases as cases
 from shared_reference import assert_same_as_shared
 from ansible_collections.gpuready.nvidia.plugins.module_utils import containerd_config as engine
+from ansible_collections.gpuready.nvidia.plugins.module_utils.containerd_checks import kubelet_systemd_cgroup
+from ansible_collections.gpuready.nvidia.plugins.module_utils.containerd_marks import RUNC_NOTE
+from ansible_collections.gpuready.nvidia.plugins.module_utils.containerd_toml import ConfigError
+from ansible_collections.gpuready.nvidia.plugins.module_utils.containerd_versions import CRI_TABLE_BY_VERSION, CRI_TABLES
 
 CONFIG = "/etc/containerd/config.toml"
 
@@ -27,7 +31,7 @@ def request_for(case, state=None):
         runtime_name=opts["runtime_name"], runtime_path=opts["binary_path"],
         set_as_default=opts.get("set_as_default"), enable_cdi=opts["enable_cdi"],
         systemd_cgroup={"auto": "auto", "true": True, "false": False}[opts.get("systemd_cgroup", "auto")],
-        kubelet_systemd_cgroup=engine.kubelet_systemd_cgroup(yaml.safe_load(kubelet)) if kubelet else None,
+        kubelet_systemd_cgroup=kubelet_systemd_cgroup(yaml.safe_load(kubelet)) if kubelet else None,
         state=state or opts.get("state", "present"),
         new_file_version=int(opts.get("config_version", 3 if case.get("containerd_major") == 2 else 2)))
 
@@ -46,7 +50,7 @@ def test_case(entry):
     case = entry[1]
     before = cases.input_text(case)
     if case.get("expect_error"):
-        with pytest.raises(engine.ConfigError) as err:
+        with pytest.raises(ConfigError) as err:
             run(case, before)
         assert re.search(case.get("expect_error_match", ""), str(err.value), re.I), str(err.value)
         return
@@ -74,21 +78,6 @@ def test_present_then_absent_restores_the_bytes(entry):
     assert absent.drop_in_text is None
 
 
-def test_toml_1_1_that_containerd_cannot_read_is_refused():
-    # tomlkit accepts the \e escape of TOML 1.1; containerd 1.6 and 1.7 refuse the file ("invalid escape sequence").
-    text = 'version = 2\n[plugins."io\\erd.grpc.v1.cri"]\n'
-    with pytest.raises(engine.ConfigError, match=r"invalid TOML 1.0, which containerd 1.x reads: Unescaped"):
-        engine.edit(text, engine.Request(set_as_default=True), CONFIG)
-
-
-def test_headers_below_header_less_tables_keep_their_indentation():
-    # tomlkit's parser adds the first header's indentation to each later sibling below the header-less
-    # a.c.d, so every parse-and-render of this file would indent [a.c.d.n] one step deeper.
-    text = ("[a]\n  [a.b]\n    x = 1\n  [a.c.d.r] # m\n    y = 2\n\n  [a.c.d.n]\n    y = 3\n"
-            "    [a.c.d.n.o]\n      z = 1\n  [a.e]\n")
-    assert tomlkit.dumps(engine.parse(text, CONFIG)) == text
-
-
 def test_a_new_runtime_in_an_indented_file_is_laid_out_like_its_relatives():
     with open(os.path.join(cases.FIXTURES, "real-configs", "16-debian-bookworm-containerd-package.toml")) as handle:
         debian = handle.read()
@@ -96,7 +85,7 @@ def test_a_new_runtime_in_an_indented_file_is_laid_out_like_its_relatives():
     grpc = '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes'
     # Headers and keys as deep as the cni table beside them (header 4 spaces, keys 6), options one step in.
     assert ("    %s.runc] # gpuready.nvidia: %s\n      runtime_type = \"io.containerd.runc.v2\"\n"
-            % (grpc, engine.RUNC_NOTE)) in outcome.config_text
+            % (grpc, RUNC_NOTE)) in outcome.config_text
     assert ("    %s.nvidia] # gpuready.nvidia\n      runtime_type = \"io.containerd.runc.v2\"\n" % grpc
             in outcome.config_text)
     assert ('      %s.nvidia.options]\n        BinaryName = "/usr/bin/nvidia-container-runtime"\n' % grpc
@@ -137,11 +126,11 @@ def test_real_config(path):
 
 def _table_in_use(doc):
     plugins = doc.get("plugins", {})
-    for name in engine.CRI_TABLES:
+    for name in CRI_TABLES:
         ctr = plugins.get(name, {}).get("containerd", {})
         if "runtimes" in ctr or "default_runtime_name" in ctr:
             return name
-    return engine.CRI_TABLE_BY_VERSION[doc.get("version", 1)]
+    return CRI_TABLE_BY_VERSION[doc.get("version", 1)]
 
 
 def _without_ours(doc, cri):
@@ -155,19 +144,6 @@ def _without_ours(doc, cri):
         if parent.get(key) == {}:
             del parent[key]
     return doc
-
-
-def test_marks_record_the_old_default_and_absent_restores_it():
-    before = ('version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\n'
-              '  default_runtime_name = "runc"  # keep\n'
-              '  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
-              '    runtime_type = "io.containerd.runc.v2"\n')
-    request = engine.Request(set_as_default=True, enable_cdi=True)
-    present = engine.edit(before, request, CONFIG)
-    assert 'default_runtime_name = "nvidia"  # keep  # gpuready.nvidia: was "runc"' in present.config_text
-    assert "enable_cdi = true # gpuready.nvidia" in present.config_text
-    request.state = "absent"
-    assert engine.edit(present.config_text, request, CONFIG).config_text == before
 
 
 SEED_V2 = ('version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\n'
@@ -222,47 +198,14 @@ def test_drop_in_absent_removes_our_import_only():
     assert absent.config_text == before and absent.drop_in_text is None
 
 
-def test_refused_drop_in_is_named():
-    with pytest.raises(engine.ConfigError, match="99-nvidia.toml: invalid TOML at line 1"):
-        engine.edit("version = 2\n", engine.Request(), CONFIG, "/etc/containerd/conf.d/99-nvidia.toml", "[broken")
-
-
-@pytest.mark.parametrize("drop_in, message", [("conf.d/99.toml", "absolute"), ("/etc/containerd/conf.d/99.conf", ".toml"),
-                                              (CONFIG, "another file")])
-def test_bad_drop_in_paths(drop_in, message):
-    with pytest.raises(engine.ConfigError, match=re.escape(message)):
-        engine.edit("version = 2\n", engine.Request(), CONFIG, drop_in)
-
-
 @pytest.mark.parametrize("kwargs, message", [({"runtime_path": "bin/x"}, "absolute"),
                                              ({"runtime_name": ""}, "runtime_name"),
                                              ({"systemd_cgroup": "yes"}, "systemd_cgroup"),
                                              ({"state": "gone"}, "state"),
                                              ({"new_file_version": 7}, "config_version")])
 def test_bad_requests(kwargs, message):
-    with pytest.raises(engine.ConfigError, match=message):
+    with pytest.raises(ConfigError, match=message):
         engine.Request(**kwargs)
-
-
-@pytest.mark.parametrize("kubelet, expected", [(None, None), ({"cgroupDriver": "systemd"}, True),
-                                               ({"cgroupDriver": "cgroupfs"}, False), ({}, False)])
-def test_kubelet_systemd_cgroup(kubelet, expected):
-    assert engine.kubelet_systemd_cgroup(kubelet) is expected
-
-
-def test_kubelet_with_unknown_driver_is_refused():
-    with pytest.raises(engine.ConfigError, match="cgroupDriver"):
-        engine.kubelet_systemd_cgroup({"cgroupDriver": "weird"})
-
-
-def test_semantic_problems():
-    v3 = "version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia]\n"
-    assert "silently ignores" in engine.semantic_problems(v3, "c.toml", 1)[0]
-    assert engine.semantic_problems(v3, "c.toml", 2) == []
-    no_entry = 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\ndefault_runtime_name = "nvidia"\n'
-    assert "has no entry" in engine.semantic_problems(no_entry, "c.toml", 1)[0]
-    no_runc = 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n'
-    assert "runc is not" in engine.semantic_problems(no_runc, "c.toml", 1)[0]
 
 
 @pytest.mark.parametrize("text", [
@@ -272,26 +215,16 @@ def test_semantic_problems():
     'ersion = 2\n[plugins."io.containerd.grpc.v1.cri"]\n[grpc]\n[plugins."io.containerd.grpc.v1.cri".containerd]\n',
 ])
 def test_a_split_table_tomlkit_cannot_extend_is_refused_clearly(text):
-    with pytest.raises(engine.ConfigError, match="tomlkit cannot lay out this edit"):
+    with pytest.raises(ConfigError, match="tomlkit cannot lay out this edit"):
         engine.edit(text, engine.Request(), "/etc/containerd/config.toml")
-
-
-def test_dump_problem():
-    dump = ('version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\ndefault_runtime_name = "nvidia"\n'
-            '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]\nBinaryName = "/x"\n')
-    assert engine.dump_problem(dump, "nvidia", "/x", "nvidia") is None
-    assert "BinaryName" in engine.dump_problem(dump, "nvidia", "/y")
-    assert "no runtime" in engine.dump_problem(dump, "gpu", "/x")
-    assert "default_runtime_name" in engine.dump_problem(dump, "nvidia", "/x", "runc")
-    assert "not print TOML" in engine.dump_problem("[", "nvidia", "/x")
 
 
 def test_a_no_op_parses_the_file_once_and_a_change_is_read_back(monkeypatch):
     # A re-run that changes nothing skips the read-back check, which would parse the same text again
     # (bench/: the module's no-op cost); an edit still proves its rendering reads back as the same data.
     parses = []
-    real_parse = engine.tomlkit.parse
-    monkeypatch.setattr(engine.tomlkit, "parse", lambda text: parses.append(text) or real_parse(text))
+    real_parse = tomlkit.parse
+    monkeypatch.setattr(tomlkit, "parse", lambda text: parses.append(text) or real_parse(text))
     request = engine.Request(set_as_default=True)
     edited = engine.edit('version = 2\n', request).config_text
     assert len(parses) == 2 and parses[1] == edited

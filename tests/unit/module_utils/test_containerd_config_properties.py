@@ -13,6 +13,8 @@ import tomlkit.exceptions
 from hypothesis import HealthCheck, assume, event, given, settings, strategies as st
 
 from ansible_collections.gpuready.nvidia.plugins.module_utils import containerd_config as engine
+from ansible_collections.gpuready.nvidia.plugins.module_utils.containerd_toml import ConfigError
+from ansible_collections.gpuready.nvidia.plugins.module_utils.containerd_versions import CRI_TABLES
 
 CONFIG = "/etc/containerd/config.toml"
 DROP_IN = "/etc/containerd/conf.d/99-nvidia.toml"
@@ -95,7 +97,7 @@ requests = st.builds(engine.Request, set_as_default=st.sampled_from([None, True,
 def _strip_ours(doc):
     """Plain data minus what the engine owns: our runtime, a runc it declared, default, cdi, imports."""
     plugins = doc.get("plugins", {})
-    for cri in engine.CRI_TABLES:
+    for cri in CRI_TABLES:
         table = plugins.get(cri)
         if not isinstance(table, dict):
             continue
@@ -123,12 +125,12 @@ def test_random_configs(text, request, drop_in):
         tomlkit.parse(text)
     except tomlkit.exceptions.ParseError:
         # Valid TOML that tomlkit cannot read (some orders of split tables): a clear refusal.
-        with pytest.raises(engine.ConfigError, match="invalid TOML at line"):
+        with pytest.raises(ConfigError, match="invalid TOML at line"):
             engine.edit(text, request, CONFIG, drop_in)
         return
     try:
         present = engine.edit(text, request, CONFIG, drop_in)
-    except engine.ConfigError as exc:
+    except ConfigError as exc:
         # The one refusal a valid file may get: tomlkit cannot re-lay-out some split-table orders.
         assert "tomlkit cannot lay out this edit" in str(exc), str(exc)
         event("refused: split tables")
@@ -174,7 +176,7 @@ def test_damaged_configs_are_refused_clearly_or_edited_validly(text, request, dr
     that TOML readers accept and that a second run leaves alone; never another exception."""
     try:
         outcome = engine.edit(text, request, CONFIG, drop_in)
-    except engine.ConfigError as exc:
+    except ConfigError as exc:
         assert str(exc), "a refusal must say why"
         event("refused")
         return
@@ -189,7 +191,7 @@ def test_damaged_configs_are_refused_clearly_or_edited_validly(text, request, dr
 
 
 def _runtimes(doc):
-    for cri in engine.CRI_TABLES:
+    for cri in CRI_TABLES:
         runtimes = doc.get("plugins", {}).get(cri, {}).get("containerd", {}).get("runtimes")
         if runtimes:
             return runtimes
@@ -197,7 +199,7 @@ def _runtimes(doc):
 
 
 def _drop_declared_runc(doc):
-    for cri in engine.CRI_TABLES:
+    for cri in CRI_TABLES:
         ctr = doc.get("plugins", {}).get(cri, {}).get("containerd", {})
         if "runc" in ctr.get("runtimes", {}):
             del ctr["runtimes"]["runc"]

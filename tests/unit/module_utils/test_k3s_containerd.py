@@ -12,6 +12,7 @@ import pytest
 
 import containerd_cases as cases
 from ansible_collections.gpuready.nvidia.plugins.module_utils import containerd_config as engine
+from ansible_collections.gpuready.nvidia.plugins.module_utils.containerd_toml import ConfigError
 from ansible_collections.gpuready.nvidia.plugins.module_utils import k3s_containerd as k3s
 
 RENDERED = "/var/lib/rancher/k3s/agent/etc/containerd/config.toml"
@@ -60,18 +61,18 @@ def test_undetected_runtime_gets_a_template_without_duplicate_tables():
 
 
 def test_rendered_runtime_with_another_binary_is_refused():
-    with pytest.raises(engine.ConfigError, match="already renders runtime 'nvidia'"):
+    with pytest.raises(ConfigError, match="already renders runtime 'nvidia'"):
         plan(K3S_GPU, runtime_path=CUSTOM)
 
 
 def test_user_template_is_never_edited():
-    with pytest.raises(engine.ConfigError, match="template of your own"):
+    with pytest.raises(ConfigError, match="template of your own"):
         plan(RKE2, files={TEMPLATE: '{{ template "base" . }}\n'}, runtime_path=CUSTOM)
 
 
 def test_drop_in_needs_an_import_that_covers_it():
     drop_in = "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/50-nvidia.toml"
-    with pytest.raises(engine.ConfigError, match="does not import"):
+    with pytest.raises(ConfigError, match="does not import"):
         plan(RKE2, drop_in=drop_in, runtime_path=CUSTOM)
     importing = 'imports = ["%s"]\n' % drop_in.replace("50-nvidia.toml", "*.toml") + RKE2
     changes = plan(importing, drop_in=drop_in, runtime_path=CUSTOM)[0]
@@ -86,5 +87,5 @@ def test_absent_removes_only_our_files():
 
 
 def test_missing_rendered_config_is_explained():
-    with pytest.raises(engine.ConfigError, match="start k3s once"):
+    with pytest.raises(ConfigError, match="start k3s once"):
         plan(None)
