@@ -15,6 +15,7 @@ import tomllib
 import pytest
 
 from ansible_collections.gpuready.nvidia.plugins.module_utils import containerd_config as engine
+from ansible_collections.gpuready.nvidia.plugins.module_utils.containerd_checks import dump_problem
 from ansible_collections.gpuready.nvidia.tests.integration.containerd_daemon import config_dump
 
 TABLES = ("cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime")
@@ -87,5 +88,5 @@ def test_a_version_1_file_is_refused_on_containerd_2(tmp_path, containerd_binary
         handle.write(outcome.config_text)
     proc = config_dump(containerd_binary("2"), after)
     assert proc.returncode == 0, proc.stderr
-    problem = engine.dump_problem(proc.stdout, "nvidia", "/usr/bin/nvidia-container-runtime", "nvidia")
+    problem = dump_problem(proc.stdout, "nvidia", "/usr/bin/nvidia-container-runtime", "nvidia")
     assert problem and "does not read the table it was written to" in problem
