@@ -29,4 +29,3 @@ ARGUMENT_SPEC = dict(
     backup=dict(type="bool", default=False),
     validate=dict(type="bool", default=True),
 )
-

@@ -79,5 +79,3 @@ def kubelet_systemd_cgroup(kubelet_config):
     if driver not in ("systemd", "cgroupfs"):
         raise ConfigError("the kubelet config has cgroupDriver %r; expected systemd or cgroupfs" % (driver,))
     return driver == "systemd"
-
-

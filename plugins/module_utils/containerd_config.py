@@ -305,4 +305,3 @@ def _edit(config_text, request, config_path, drop_in_path, drop_in_text):
     outcome.drop_in_text = (DROP_IN_HEADER % (config_path, import_glob(drop_in_path))
                             + dumps_checked(drop_editor.doc, drop_in_path))
     return outcome
-

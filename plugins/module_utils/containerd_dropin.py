@@ -92,4 +92,3 @@ def covering_import(config_text, drop_in_path, config_path):
         if imports_cover([pattern], drop_in_path, config_path):
             return pattern
     return None
-

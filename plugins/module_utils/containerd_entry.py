@@ -81,4 +81,3 @@ def build_entry(runtimes, default_name, version, request, filename):
 
 def new_runtime_table(entry):
     return to_item(entry)
-

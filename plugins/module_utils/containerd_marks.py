@@ -133,4 +133,3 @@ def prune(table):
 
 def created_by_us(text):
     return text is not None and ("# %s: %s" % (MARK, NEW_FILE_NOTE)) in text
-

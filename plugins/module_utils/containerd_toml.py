@@ -424,4 +424,3 @@ def dumps_checked(doc, filename, original=None):
     if not same:
         raise ConfigError(LAYOUT_REFUSAL % filename)
     return text
-

@@ -93,4 +93,3 @@ def check_cri_enabled(doc, filename, warnings):
         warnings.append(
             "%s: disabled_plugins switches the CRI plugin off; Kubernetes cannot use this containerd "
             "until 'cri' is removed from disabled_plugins" % filename)
-
