@@ -79,3 +79,16 @@ def test_no_task_registers_over_a_role_variable(role):
     for name in sorted(os.listdir(tasks_dir)) if os.path.isdir(tasks_dir) else []:
         clashes = defaults.intersection(_registered(_load(role, 'tasks', name)))
         assert not clashes, '%s/tasks/%s registers %s' % (role, name, sorted(clashes))
+
+
+def _oldest_ansible():
+    """The version in meta/runtime.yml's requires_ansible (">=2.19.0" -> "2.19.0")."""
+    with open(os.path.join(ROLES_DIR, '..', 'meta', 'runtime.yml')) as handle:
+        requires = yaml.safe_load(handle)['requires_ansible']
+    assert requires.startswith('>='), requires
+    return requires[2:].split(',')[0].strip()
+
+
+@pytest.mark.parametrize('role', ROLES)
+def test_min_ansible_version_is_requires_ansible(role):
+    assert _load(role, 'meta', 'main.yml')['galaxy_info']['min_ansible_version'] == _oldest_ansible()
