@@ -12,11 +12,13 @@ import subprocess
 import sys
 
 
-def run_tasks(workdir, tasks, timeout=900, python=sys.executable, inventory=None, hosts="localhost", env=None):
+def run_tasks(workdir, tasks, timeout=900, python=sys.executable, inventory=None, hosts="localhost", env=None,
+              registered=()):
     """Run tasks on localhost with python as the node's interpreter, or on ``hosts`` (one host) of
     ``inventory`` (e.g. the lab's, with ``env`` carrying its podman settings); returns (completed
-    process, {register name: result})."""
-    names = [t["register"] for t in tasks if "register" in t]
+    process, {register name: result}) for the tasks and blocks given and the ``registered`` names
+    (of tasks in files they include)."""
+    names = list(_registers(tasks)) + list(registered)
     results = os.path.join(workdir, "results.json")
     saved = ", ".join("%s: (%s | default({'skipped_by_play': true}))" % (json.dumps(n), n) for n in names)
     play = [{
@@ -49,3 +51,11 @@ def run_tasks(workdir, tasks, timeout=900, python=sys.executable, inventory=None
                              % (proc.returncode, proc.stdout[-6000:]))
     with open(results) as handle:
         return proc, json.load(handle)
+
+
+def _registers(tasks):
+    for task in tasks:
+        if "register" in task:
+            yield task["register"]
+        for key in ("block", "rescue", "always"):
+            yield from _registers(task.get(key) or [])

@@ -31,7 +31,7 @@ Components, modelled on Kubernetes 1.31 (behaviour, reasons and messages):
 * garbage collector: pods whose DaemonSet/Deployment owners are gone (pods bound to a deleted
   Node stay: there is no pod GC).
 
-The decisions are pure functions of plain dicts (tests/unit/lab/test_controllers.py); the
+The decisions are pure functions of plain dicts (tests/unit/harness/test_lab_control_decisions.py); the
 classes only fetch, call them and write. Only the standard library and kube.py are used.
 """
 

@@ -161,3 +161,55 @@ def test_no_credential_in_the_output(verbose_runs):
     runs, secrets = verbose_runs
     shown = "".join(proc.stdout + json.dumps(results) for proc, results, _expected in runs)
     assert [secret[:8] + "..." for secret in secrets if secret in shown] == []
+
+
+ROLE_DEFAULTS = os.path.join(os.path.dirname(CLUSTERROLE), "..", "defaults", "main.yml")
+AUTH_TASKS = [
+    {"name": "k8s_info", "kubernetes.core.k8s_info": {"kind": "Node", "name": NODE}, "register": "info"},
+    {"name": "k8s_gpu_labels", "gpuready.nvidia.k8s_gpu_labels": {"node": NODE, "labels": {"gpuready.test/auth": "once"}},
+     "register": "labels"},
+]
+
+
+@pytest.fixture(scope="module")
+def auth_once_runs(tmp_path_factory, k8s_api, user):
+    """{way: registered results} of a block that sets the roles' module_defaults entry (roles/gpuready's
+    gpuready_k8s_auth, read from its defaults file) around a kubernetes.core task and one of ours, the
+    second pair through include_tasks as the roles reach theirs. KUBECONFIG points nowhere: a call that
+    works got its credentials from the module_defaults."""
+    folder = str(tmp_path_factory.mktemp("auth-once"))
+    with open(ROLE_DEFAULTS, encoding="utf-8") as handle:
+        defaults = yaml.safe_load(handle)
+    included = os.path.join(folder, "included.yml")
+    with open(included, "w", encoding="utf-8") as handle:
+        json.dump([dict(task, register="included_" + task["register"], ignore_errors=True) for task in AUTH_TASKS], handle)
+    unset = dict((name, None) for name in defaults if name.startswith("gpuready_k8s_") and name != "gpuready_k8s_auth")
+    ways = {
+        "kubeconfig": dict(unset, gpuready_k8s_kubeconfig=user.kubeconfig),
+        "host and token": dict(unset, gpuready_k8s_host=k8s_api.url, gpuready_k8s_ca_cert=k8s_api.ca_cert,
+                               gpuready_k8s_api_key=user.token),
+        "wrong token": dict(unset, gpuready_k8s_host=k8s_api.url, gpuready_k8s_ca_cert=k8s_api.ca_cert,
+                            gpuready_k8s_api_key=WRONG),
+    }
+    runs = {}
+    for way, settings in ways.items():
+        settings = dict(settings, gpuready_k8s_validate_certs=True, gpuready_k8s_auth=defaults["gpuready_k8s_auth"])
+        block = {"name": "the roles' module_defaults", "vars": settings,
+                 "module_defaults": {"group/gpuready.nvidia.k8s": "{{ gpuready_k8s_auth }}"},
+                 "block": [dict(task, ignore_errors=True) for task in AUTH_TASKS]
+                 + [{"name": "included", "ansible.builtin.include_tasks": included}]}
+        _proc, results = run_tasks(folder, [block], env={"KUBECONFIG": os.path.join(folder, "no-such-kubeconfig")},
+                                   registered=["included_" + task["register"] for task in AUTH_TASKS])
+        runs[way] = results
+    return runs
+
+
+def test_the_roles_module_defaults_give_every_kubernetes_task_its_credentials(auth_once_runs):
+    outcome = dict((way, dict((name, not result.get("failed")) for name, result in results.items()))
+                   for way, results in auth_once_runs.items())
+    names = ["info", "labels", "included_info", "included_labels"]
+    assert outcome == {"kubeconfig": dict.fromkeys(names, True), "host and token": dict.fromkeys(names, True),
+                       "wrong token": dict.fromkeys(names, False)}, auth_once_runs
+    assert auth_once_runs["kubeconfig"]["info"]["resources"][0]["metadata"]["name"] == NODE
+    assert "401" in json.dumps(auth_once_runs["wrong token"]["labels"]) or "Unauthorized" in json.dumps(
+        auth_once_runs["wrong token"]["labels"]), auth_once_runs["wrong token"]["labels"]

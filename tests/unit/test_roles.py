@@ -53,6 +53,8 @@ def test_variables_carry_the_role_prefix(role):
 @pytest.mark.parametrize('role', [r for r in ROLES if r != 'gpuready'])
 def test_preflight_first_and_settings_dependency(role):
     tasks = _load(role, 'tasks', 'main.yml')
+    if len(tasks) == 1 and 'module_defaults' in tasks[0]:
+        tasks = tasks[0]['block']  # the role's tasks, given the Kubernetes credentials once
     includes = [i for i, task in enumerate(tasks) if task.get('ansible.builtin.include_tasks') == 'preflight.yml']
     assert includes, 'tasks/main.yml does not include preflight.yml'
     changing = [i for i, task in enumerate(tasks[:includes[0]]) if 'ansible.builtin.set_fact' not in task]
@@ -60,6 +62,64 @@ def test_preflight_first_and_settings_dependency(role):
     assert os.path.exists(os.path.join(ROLES_DIR, role, 'tasks', 'preflight.yml'))
     assert {'role': 'gpuready.nvidia.gpuready'} in _load(role, 'meta', 'main.yml')['dependencies']
     assert os.path.exists(os.path.join(ROLES_DIR, role, 'README.md'))
+
+
+AUTH_OPTIONS = {'kubeconfig', 'context', 'host', 'api_key', 'ca_cert', 'validate_certs'}
+AUTH_DEFAULTS = {'group/gpuready.nvidia.k8s': '{{ gpuready_k8s_auth }}'}
+INCLUDES = ('ansible.builtin.include_tasks', 'ansible.builtin.import_tasks')
+
+
+def _api_tasks(role, name, defaults=(), folder='tasks'):
+    """(file, task name, module, options, the module_defaults in force) for every task of the role's
+    <folder>/<name>, and of the task files it includes, that calls a Kubernetes module."""
+    for task in _load(role, folder, name) or []:
+        yield from _api_tasks_in(role, name, task, list(defaults))
+
+
+def _api_tasks_in(role, name, task, defaults):
+    if 'module_defaults' in task:
+        defaults = defaults + [task['module_defaults']]
+    for key in ('block', 'rescue', 'always'):
+        for sub in task.get(key) or []:
+            yield from _api_tasks_in(role, name, sub, defaults)
+    for include in INCLUDES:
+        if include in task:
+            yield from _api_tasks(role, task[include], defaults)
+    for module, options in task.items():
+        if module.startswith('kubernetes.core.') or module.startswith('gpuready.nvidia.k8s_'):
+            yield name, task.get('name'), module, options or {}, defaults
+
+
+def _role_api_tasks(role):
+    """Every Kubernetes task reached from the role's tasks/main.yml and handlers/main.yml."""
+    yield from _api_tasks(role, 'main.yml')
+    yield from _api_tasks(role, 'main.yml', folder='handlers')
+
+
+API_ROLES = ['containerd_runtime', 'device_plugin', 'doctor', 'feature_discovery', 'node_labels', 'validate']
+
+
+@pytest.mark.parametrize('role', API_ROLES)
+def test_kubernetes_credentials_are_given_once_per_role(role):
+    """Every Kubernetes task of the role gets gpuready_k8s_auth through the one module_defaults entry of
+    the action group gpuready.nvidia.k8s (meta/runtime.yml), and none names a credential option itself."""
+    calls = list(_role_api_tasks(role))
+    assert calls, 'no Kubernetes task found from %s/tasks or handlers' % role
+    for where, task, module, options, defaults in calls:
+        assert AUTH_OPTIONS.isdisjoint(options), (where, task, sorted(AUTH_OPTIONS.intersection(options)))
+        assert defaults == [AUTH_DEFAULTS], (where, task, module, defaults)
+
+
+def test_the_action_group_holds_every_kubernetes_module_the_roles_call():
+    with open(os.path.join(ROLES_DIR, '..', 'meta', 'runtime.yml')) as handle:
+        group = yaml.safe_load(handle)['action_groups']['k8s']
+    ours = set('gpuready.nvidia.' + name for name in group if isinstance(name, str))
+    extended = [entry['metadata']['extend_group'] for entry in group if isinstance(entry, dict)]
+    assert extended == [['kubernetes.core.k8s']]
+    called = set(module for role in API_ROLES for _f, _t, module, _o, _d in _role_api_tasks(role))
+    assert set(m for m in called if m.startswith('gpuready.nvidia.')) <= ours
+    # kubernetes.core's own group `k8s` lists these (its meta/runtime.yml)
+    assert set(m for m in called if m.startswith('kubernetes.core.')) <= {'kubernetes.core.k8s', 'kubernetes.core.k8s_info'}
 
 
 def _registered(tasks):

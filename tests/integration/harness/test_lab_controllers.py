@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-CONTROLLERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'lab', 'control', 'controllers.py')
+CONTROLLERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', '..', 'lab', 'control', 'controllers.py')
 SCOPE = {'ctl.test/scope': 'yes'}
 # The lab's own controllers (lab/lab.py, running when a lab fixture is up) skip namespaces with this label.
 FOREIGN = 'gpuready.lab/foreign-controllers'
