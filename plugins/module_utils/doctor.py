@@ -8,7 +8,7 @@ Plain Python, no Ansible. ``diagnose`` judges one node from two dicts: what the 
 (``api_evidence``, read here with the kubernetes client). The links are checked in ``LINKS`` order
 and the first broken one stops the chain: the links after it are ``not_checked``. Every finding
 carries a cause from ``CAUSES`` (the documented vocabulary), the evidence it saw, quoted, and the fix.
-README.md ("Troubleshooting") lists the causes. Every read goes through ``k8s_auth.call_api`` (its
+README.md ("Troubleshooting") lists the causes. Every read goes through ``k8s.api.call_api`` (its
 retries of 5xx, 429 and dropped connections; its messages).
 """
 
@@ -16,15 +16,16 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import functools
 import json
 import os
 import re
 
 from ansible_collections.gpuready.nvidia.plugins.module_utils import containerd_config as cc
-from ansible_collections.gpuready.nvidia.plugins.module_utils.gpu_validate import (
-    ValidationError, _json, list_objects, waiting_reason)
-from ansible_collections.gpuready.nvidia.plugins.module_utils.k8s_auth import ApiError, call_api
+from ansible_collections.gpuready.nvidia.plugins.module_utils.k8s.api import (
+    ApiError, ListWatchError, call_api, list_all, read_object)
+from ansible_collections.gpuready.nvidia.plugins.module_utils.k8s.pods import waiting_reason
+from ansible_collections.gpuready.nvidia.plugins.module_utils.k8s.workloads import (
+    DEVICE_PLUGIN, GFD, NFD_MASTER, classify, gpu_requests, owner_daemonset, placement_problem)
 
 LINKS = ('driver', 'nvml', 'device_nodes', 'toolkit', 'containerd_config', 'containerd_runtime_loaded',
          'runtime_class', 'plugin_scheduled', 'plugin_running', 'kubelet_registration', 'capacity',
@@ -151,12 +152,6 @@ CAUSES = {
     'test_pod_failed': ('workload', 'the doctor\'s test pod did not run nvidia-smi', 'read the evidence'),
 }
 
-PLUGIN_ROLE, GFD_ROLE, NFD_MASTER_ROLE, OTHER_ROLE = 'device_plugin', 'gfd', 'nfd_master', 'other'
-# Taints the DaemonSet controller tolerates on its own (kubernetes daemon/util AddOrUpdateDaemonPodTolerations).
-DAEMONSET_TOLERATED = ('node.kubernetes.io/not-ready', 'node.kubernetes.io/unreachable',
-                       'node.kubernetes.io/disk-pressure', 'node.kubernetes.io/memory-pressure',
-                       'node.kubernetes.io/pid-pressure', 'node.kubernetes.io/unschedulable',
-                       'node.kubernetes.io/network-unavailable')
 NVML_LOG_RE = re.compile(r'.*(could not load NVML|Failed to initialize NVML|Incompatible strategy detected|'
                          r'invalid device discovery strategy).*')
 UNHEALTHY_LOG_RE = re.compile(r'.*unhealthy.*', re.IGNORECASE)
@@ -185,59 +180,6 @@ class NotApplicable(Exception):
 
 # ---------------------------------------------------------------- reading the API
 
-def _read(what, func, *args, **kwargs):
-    """One object as a dict through call_api (retries, messages); None where missing_ok and 404."""
-    response = call_api(what, func, *args, _preload_content=False, **kwargs)
-    return None if response is None else _json(response)
-
-
-def _all(what, list_func, **kwargs):
-    return list_objects(functools.partial(list_func, **kwargs), what=what)[0]
-
-
-def container_role(container):
-    """What a container runs: the NVIDIA device plugin, GFD, the NFD master, or something else."""
-    image = container.get('image') or ''
-    command = ' '.join((container.get('command') or []) + (container.get('args') or []))
-    if 'gpu-feature-discovery' in command or 'gpu-feature-discovery' in image:
-        return GFD_ROLE
-    if 'node-feature-discovery' in image and 'nfd-master' in command:
-        return NFD_MASTER_ROLE
-    if 'k8s-device-plugin' in image and not command or 'nvidia-device-plugin' in command:
-        return PLUGIN_ROLE
-    return OTHER_ROLE
-
-
-def workload_role(obj):
-    """The role of a DaemonSet, Deployment or pod, from its (template's) containers."""
-    spec = obj.get('spec') or {}
-    spec = (spec.get('template') or {}).get('spec') or spec
-    roles = [container_role(c) for c in spec.get('containers') or []]
-    for role in (PLUGIN_ROLE, GFD_ROLE, NFD_MASTER_ROLE):
-        if role in roles:
-            return role
-    return OTHER_ROLE
-
-
-def _owner_daemonset(pod):
-    for ref in (pod.get('metadata') or {}).get('ownerReferences') or []:
-        if ref.get('kind') == 'DaemonSet':
-            return ref.get('name')
-    return None
-
-
-def gpu_requests(pod):
-    """{resource: count} of nvidia.com/* limits and requests over the pod's containers."""
-    found = {}
-    for container in (pod.get('spec') or {}).get('containers') or []:
-        resources = container.get('resources') or {}
-        for section in ('limits', 'requests'):
-            for name, value in (resources.get(section) or {}).items():
-                if name.startswith('nvidia.com/'):
-                    found[name] = max(found.get(name, 0), int(value))
-    return found
-
-
 def _pod_log(core, pod, previous=False):
     meta = pod['metadata']
     try:
@@ -259,7 +201,7 @@ def _events(core, obj):
     selector = 'involvedObject.name=%s' % meta['name']
     namespace = meta.get('namespace') or 'default'
     try:
-        return _all('listing the events of %s/%s' % (namespace, meta['name']), core.list_namespaced_event,
+        return list_all('listing the events of %s/%s' % (namespace, meta['name']), core.list_namespaced_event,
                     namespace=namespace, field_selector=selector)
     except ApiError as exc:
         if exc.status in (401, 403):
@@ -271,20 +213,20 @@ def api_evidence(core, apps, node_api, node_names):
     """{cluster: {...}, nodes: {name: {...}}}: what the API says, read once for all nodes."""
     try:
         cluster = {
-            'daemonsets': _all('listing DaemonSets in all namespaces', apps.list_daemon_set_for_all_namespaces),
-            'deployments': _all('listing Deployments in all namespaces', apps.list_deployment_for_all_namespaces),
-            'runtime_classes': _all('listing RuntimeClasses', node_api.list_runtime_class),
+            'daemonsets': list_all('listing DaemonSets in all namespaces', apps.list_daemon_set_for_all_namespaces),
+            'deployments': list_all('listing Deployments in all namespaces', apps.list_deployment_for_all_namespaces),
+            'runtime_classes': list_all('listing RuntimeClasses', node_api.list_runtime_class),
             'namespaces': {},
             'events': {},
         }
         for ds in cluster['daemonsets']:
-            if workload_role(ds) == PLUGIN_ROLE:
+            if classify(ds) == DEVICE_PLUGIN:
                 namespace = ds['metadata']['namespace']
                 if namespace not in cluster['namespaces']:
-                    cluster['namespaces'][namespace] = _read('reading namespace %s' % namespace, core.read_namespace,
+                    cluster['namespaces'][namespace] = read_object('reading namespace %s' % namespace, core.read_namespace,
                                                              namespace)
                 cluster['events']['%s/%s' % (namespace, ds['metadata']['name'])] = _events(core, ds)
-        pending = [p for p in _all('listing pending pods', core.list_pod_for_all_namespaces,
+        pending = [p for p in list_all('listing pending pods', core.list_pod_for_all_namespaces,
                                    field_selector='status.phase=Pending')
                    if gpu_requests(p) and not (p.get('spec') or {}).get('nodeName')]
         for pod in pending[:RECENT_PODS]:
@@ -292,12 +234,12 @@ def api_evidence(core, apps, node_api, node_names):
         cluster['unscheduled_gpu_pods'] = pending
         nodes = {}
         for name in node_names:
-            node = _read('reading node %s' % name, core.read_node, name, missing_ok=True)
-            pods = _all('listing the pods on node %s' % name, core.list_pod_for_all_namespaces,
+            node = read_object('reading node %s' % name, core.read_node, name, missing_ok=True)
+            pods = list_all('listing the pods on node %s' % name, core.list_pod_for_all_namespaces,
                         field_selector='spec.nodeName=%s' % name)
             for pod in pods:
-                role = workload_role(pod)
-                if role == PLUGIN_ROLE or (gpu_requests(pod) and role == OTHER_ROLE):
+                component = classify(pod)
+                if component == DEVICE_PLUGIN or (gpu_requests(pod) and component is None):
                     restarted = any(s.get('restartCount') for s in (pod.get('status') or {}).get('containerStatuses') or [])
                     pod['log'] = _pod_log(core, pod)
                     pod['previous_log'] = _pod_log(core, pod, previous=True) if restarted else ''
@@ -305,74 +247,8 @@ def api_evidence(core, apps, node_api, node_names):
             nodes[name] = {'node': node, 'pods': pods}
         cluster['nodes'] = nodes
         return cluster
-    except (ApiError, ValidationError) as exc:
+    except (ApiError, ListWatchError) as exc:
         raise DoctorError(str(exc))
-
-
-# ---------------------------------------------------------------- scheduling rules
-
-def _requirement_matches(labels, req):
-    key, op, values = req.get('key'), req.get('operator'), req.get('values') or []
-    value = labels.get(key)
-    if op == 'In':
-        return value in values
-    if op == 'NotIn':
-        return value not in values
-    if op == 'Exists':
-        return key in labels
-    if op == 'DoesNotExist':
-        return key not in labels
-    if op in ('Gt', 'Lt'):
-        try:
-            number, limit = int(value), int(values[0])
-        except (TypeError, ValueError, IndexError):
-            return False
-        return number > limit if op == 'Gt' else number < limit
-    return False
-
-
-def _describe_requirement(req):
-    values = req.get('values') or []
-    return '%s %s%s' % (req.get('key'), req.get('operator'), ' %s' % values if values else '')
-
-
-def placement_problem(pod_spec, node):
-    """Why a pod with this spec cannot go to the node (nodeSelector, required node affinity, taints), or None."""
-    labels = (node.get('metadata') or {}).get('labels') or {}
-    for key, value in (pod_spec.get('nodeSelector') or {}).items():
-        if labels.get(key) != value:
-            return 'affinity', 'nodeSelector %s=%s; the node has %s' % (
-                key, value, '%s=%s' % (key, labels[key]) if key in labels else 'no label %s' % key)
-    required = (((pod_spec.get('affinity') or {}).get('nodeAffinity') or {})
-                .get('requiredDuringSchedulingIgnoredDuringExecution') or {})
-    terms = required.get('nodeSelectorTerms') or []
-    if terms and not any(all(_requirement_matches(labels, r) for r in term.get('matchExpressions') or [])
-                         for term in terms):
-        wanted = ' or '.join('(%s)' % ', '.join(_describe_requirement(r) for r in t.get('matchExpressions') or [])
-                             for t in terms)
-        present = sorted(k for k in labels if k.startswith(('nvidia.com/', 'feature.node.kubernetes.io/pci')))
-        return 'affinity', 'required node affinity %s; the node\'s GPU labels: %s' % (
-            wanted, ', '.join('%s=%s' % (k, labels[k]) for k in present) or 'none')
-    tolerations = pod_spec.get('tolerations') or []
-    for taint in (node.get('spec') or {}).get('taints') or []:
-        if taint.get('effect') not in ('NoSchedule', 'NoExecute') or taint.get('key') in DAEMONSET_TOLERATED:
-            continue
-        if not any(_tolerates(t, taint) for t in tolerations):
-            return 'taint', 'taint %s=%s:%s is not tolerated (tolerations: %s)' % (
-                taint.get('key'), taint.get('value', ''), taint.get('effect'), json.dumps(tolerations, sort_keys=True))
-    return None
-
-
-def _tolerates(toleration, taint):
-    if toleration.get('effect') and toleration['effect'] != taint.get('effect'):
-        return False
-    if not toleration.get('key'):
-        return toleration.get('operator') == 'Exists'
-    if toleration['key'] != taint.get('key'):
-        return False
-    if toleration.get('operator') == 'Exists':
-        return True
-    return (toleration.get('value') or '') == (taint.get('value') or '')
 
 
 # ---------------------------------------------------------------- the checks, one per link
@@ -402,10 +278,10 @@ class _Node(object):
         return self.host['containerd']
 
     def plugin_daemonsets(self):
-        return [ds for ds in self.api['daemonsets'] if workload_role(ds) == PLUGIN_ROLE]
+        return [ds for ds in self.api['daemonsets'] if classify(ds) == DEVICE_PLUGIN]
 
     def plugin_pods(self):
-        return [p for p in self.pods if workload_role(p) == PLUGIN_ROLE
+        return [p for p in self.pods if classify(p) == DEVICE_PLUGIN
                 and not (p.get('metadata') or {}).get('deletionTimestamp')]
 
 
@@ -639,7 +515,7 @@ def check_plugin_scheduled(n):
     if not plugins:
         raise Finding('device_plugin_not_deployed', 'no DaemonSet in any namespace runs the k8s-device-plugin image '
                       'or nvidia-device-plugin')
-    owners = sorted(set(_owner_daemonset(p) or p['metadata']['name'] for p in n.plugin_pods()))
+    owners = sorted(set(owner_daemonset(p) or p['metadata']['name'] for p in n.plugin_pods()))
     targeting = [ds for ds in plugins if placement_problem(ds['spec']['template']['spec'], n.node) is None]
     if len(owners) > 1 or len(targeting) > 1:
         raise Finding('two_device_plugins', 'device plugin DaemonSets targeting %s: %s' % (
@@ -755,11 +631,11 @@ def check_allocatable(n):
 def check_labels(n):
     labels = (n.node.get('metadata') or {}).get('labels') or {}
     if 'nvidia.com/gpu.product' not in labels:
-        gfd = [ds for ds in n.api['daemonsets'] if workload_role(ds) == GFD_ROLE]
+        gfd = [ds for ds in n.api['daemonsets'] if classify(ds) == GFD]
         evidence = 'Node %s has no label nvidia.com/gpu.product' % n.name
         if not gfd:
             raise Finding('gfd_not_deployed', [evidence, 'no DaemonSet runs gpu-feature-discovery'])
-        masters = [obj for obj in n.api['daemonsets'] + n.api['deployments'] if workload_role(obj) == NFD_MASTER_ROLE]
+        masters = [obj for obj in n.api['daemonsets'] + n.api['deployments'] if classify(obj) == NFD_MASTER]
         if not masters:
             raise Finding('nfd_not_deployed', [evidence, 'GFD %s runs, but no nfd-master' % _ds_name(gfd[0])])
         raise Finding('gpu_labels_missing', evidence)
@@ -784,7 +660,7 @@ def check_workload(n, test_result=None):
                 pod['metadata']['namespace'], pod['metadata']['name'], json.dumps(gpu_requests(pod), sort_keys=True),
                 (messages or conditions)[-1]))
     for pod in n.pods:
-        if not gpu_requests(pod) or workload_role(pod) != OTHER_ROLE:
+        if not gpu_requests(pod) or classify(pod) is not None:
             continue
         status = pod.get('status') or {}
         if status.get('phase') == 'Failed':
