@@ -42,6 +42,11 @@ def owned(obj):
     return labels_of(obj).get(MANAGED_BY) == OWNER
 
 
+def owned_selectors(selectors=None):
+    """Label selectors (key=value strings) that pick only our objects: ours, then selectors."""
+    return ['%s=%s' % (MANAGED_BY, OWNER)] + list(selectors or [])
+
+
 # --- the classifier ------------------------------------------------------------------------------
 
 DEVICE_PLUGIN = 'device-plugin'
