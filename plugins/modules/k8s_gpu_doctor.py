@@ -151,7 +151,7 @@ broken:
 """
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible_collections.gpuready.nvidia.plugins.module_utils import doctor, gpu_validate
+from ansible_collections.gpuready.nvidia.plugins.module_utils import doctor, doctor_evidence, gpu_validate
 from ansible_collections.gpuready.nvidia.plugins.module_utils.k8s import auth, pods
 from ansible_collections.gpuready.nvidia.plugins.module_utils.k8s.api import ApiError, ListWatchError
 
@@ -205,14 +205,14 @@ def main():
     try:
         client = auth.api_client(params)
         core = CoreV1Api(client)
-        api = doctor.api_evidence(core, AppsV1Api(client), NodeV1Api(client), sorted(params['nodes']))
+        api = doctor_evidence.api_evidence(core, AppsV1Api(client), NodeV1Api(client), sorted(params['nodes']))
         reports = dict((name, doctor.diagnose(name, evidence, api, expected.get(name), settings))
                        for name, evidence in params['nodes'].items())
         if params['run_workload'] and not module.check_mode:
             for name, result in _test_pods(core, reports, params).items():
                 reports[name] = doctor.diagnose(name, params['nodes'][name], api, expected.get(name), settings,
                                                 test_result=result)
-    except (auth.K8sAuthError, ApiError, ListWatchError, doctor.DoctorError, pods.PodRunError) as exc:
+    except (auth.K8sAuthError, ApiError, ListWatchError, doctor_evidence.DoctorError, pods.PodRunError) as exc:
         module.fail_json(msg=str(exc))
     report = {'nodes': reports}
     if params['report_path']:
