@@ -444,3 +444,33 @@ def check_workload(n):
                 status.get('message') or status.get('reason') or 'Failed', line if isinstance(line, str) else line[0]))
     if n.test_result is not None and not n.test_result.get('ok'):
         raise Finding('test_pod_failed', 'test pod %s: %s' % (n.test_result.get('pod'), n.test_result.get('problem')))
+
+
+# ---------------------------------------------------------------- GFD's labels did not come
+
+NO_GFD_POD = ('No GFD pod runs there: the node carries neither feature.node.kubernetes.io/pci-10de.present=true '
+              '(nfd-worker\'s PCI scan) nor nvidia.com/gpu.present=true (gpuready.nvidia.node_labels), or it has a '
+              'taint feature_discovery_tolerations does not tolerate.')
+
+
+def _container_state(status):
+    state = status.get('state') or {}
+    waiting = state.get('waiting')
+    reason = ' (%s)' % waiting.get('reason') if waiting is not None else ''
+    return ', %s%s, %s restarts' % (next(iter(state), ''), reason, status.get('restartCount', 0))
+
+
+def why_no_gfd_labels(node, node_name, gfd_pods, namespace, timeout):
+    """Why a node has no GFD labels after the feature_discovery role waited timeout seconds, as one
+    sentence after "node <name>": the Node is missing (node None), or each GFD pod on it with its
+    phase and containers' states and restarts, or that none runs there and why that may be."""
+    if node is None:
+        return 'node %s does not exist (set gpuready_node_name to the host\'s Kubernetes Node name)' % node_name
+    text = 'node %s has no GFD labels after %s s.' % (node_name, timeout)
+    for pod in gfd_pods or []:
+        name = pod['metadata']['name']
+        status = pod.get('status') or {}
+        text += ' GFD pod %s: %s%s; its log says why (kubectl -n %s logs %s).' % (
+            name, status.get('phase') or 'Pending', ''.join(_container_state(s) for s in status.get('containerStatuses') or []),
+            namespace, name)
+    return text if gfd_pods else '%s %s' % (text, NO_GFD_POD)
