@@ -45,7 +45,7 @@ def _events(core, obj):
     namespace = meta.get('namespace') or 'default'
     try:
         return list_all('listing the events of %s/%s' % (namespace, meta['name']), core.list_namespaced_event,
-                    namespace=namespace, field_selector=selector)
+                        namespace=namespace, field_selector=selector)
     except ApiError as exc:
         if exc.status in (401, 403):
             raise
@@ -67,10 +67,10 @@ def api_evidence(core, apps, node_api, node_names):
                 namespace = ds['metadata']['namespace']
                 if namespace not in cluster['namespaces']:
                     cluster['namespaces'][namespace] = read_object('reading namespace %s' % namespace, core.read_namespace,
-                                                             namespace)
+                                                                   namespace)
                 cluster['events']['%s/%s' % (namespace, ds['metadata']['name'])] = _events(core, ds)
         pending = [p for p in list_all('listing pending pods', core.list_pod_for_all_namespaces,
-                                   field_selector='status.phase=Pending')
+                                       field_selector='status.phase=Pending')
                    if gpu_requests(p) and not (p.get('spec') or {}).get('nodeName')]
         for pod in pending[:RECENT_PODS]:
             pod['events'] = _events(core, pod)
@@ -79,7 +79,7 @@ def api_evidence(core, apps, node_api, node_names):
         for name in node_names:
             node = read_object('reading node %s' % name, core.read_node, name, missing_ok=True)
             pods = list_all('listing the pods on node %s' % name, core.list_pod_for_all_namespaces,
-                        field_selector='spec.nodeName=%s' % name)
+                            field_selector='spec.nodeName=%s' % name)
             for pod in pods:
                 component = classify(pod)
                 if component == DEVICE_PLUGIN or (gpu_requests(pod) and component is None):

@@ -223,7 +223,7 @@ def test_run_test_pod_replaces_a_leftover_and_deletes_its_pod(k8s_api, core):
                                                            "GPU 0: Tesla P4 (UUID: GPU-0)\n", seen))
     kubelet.start()
     result = run_test_pod(core, "val-pods", "val-pod-1", CUDA_IMAGE, GPU, runtime_class="nvidia",
-                             node_name="val-watch-1", timeout=30, products=["Tesla P4"])
+                          node_name="val-watch-1", timeout=30, products=["Tesla P4"])
     kubelet.join()
     assert result["ok"] is True and result["phase"] == "Succeeded" and result["product_found"] is True, result
     assert result["log"] == "GPU 0: Tesla P4 (UUID: GPU-0)\n"

@@ -88,14 +88,14 @@ def _create_pod(core_api, namespace, manifest, deadline):
     what = "creating pod %s/%s" % (namespace, name)
     try:
         return json_body(call_api(what, core_api.create_namespaced_pod, namespace, manifest,
-                              _preload_content=False))["metadata"]["uid"]
+                                  _preload_content=False))["metadata"]["uid"]
     except ApiError as exc:
         if exc.status != 409:
             raise
     if _delete_pod(core_api, namespace, name) and not _gone(core_api, namespace, name, deadline):
         raise PodRunError("%s: a pod of that name is in the way and did not go away when deleted" % what)
     return json_body(call_api(what, core_api.create_namespaced_pod, namespace, manifest,
-                          _preload_content=False))["metadata"]["uid"]
+                              _preload_content=False))["metadata"]["uid"]
 
 
 def waiting_reason(pod):
@@ -179,7 +179,7 @@ def run_test_pods(core_api, tests, namespace, image, runtime_class=None, timeout
         for name in leftovers:
             if not _gone(core_api, namespace, name, deadline):
                 raise PodRunError("the test pod %s/%s left by an earlier run did not go away within %d s"
-                                      % (namespace, name, timeout))
+                                  % (namespace, name, timeout))
         for test in tests:
             manifest = gpu_test_pod(test["name"], namespace, image, test["resource"], test.get("node"),
                                     runtime_class, pull_policy)

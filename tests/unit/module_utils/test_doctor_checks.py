@@ -52,8 +52,8 @@ def test_without_a_gfd_pod_it_says_why_none_may_run():
 
 
 def test_each_gfd_pod_gives_its_phase_states_restarts_and_log_command():
-    pods = [{'metadata': {'name': 'gfd-a'}, 'status': {'phase': 'Running', 'containerStatuses': [
-                {'state': {'waiting': {'reason': 'CrashLoopBackOff'}}, 'restartCount': 4}]}},
+    crashing = {'state': {'waiting': {'reason': 'CrashLoopBackOff'}}, 'restartCount': 4}
+    pods = [{'metadata': {'name': 'gfd-a'}, 'status': {'phase': 'Running', 'containerStatuses': [crashing]}},
             {'metadata': {'name': 'gfd-b'}, 'status': {}}]
     assert doctor_checks.why_no_gfd_labels(NODE, 'gpu-1', pods, 'gpu', '120') == (
         "node gpu-1 has no GFD labels after 120 s. GFD pod gfd-a: Running, waiting (CrashLoopBackOff), 4 restarts; "

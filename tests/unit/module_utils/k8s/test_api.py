@@ -135,7 +135,7 @@ def test_tls_failures_and_read_timeouts_are_not_retried(slept):
     slow = urllib3.exceptions.ReadTimeoutError(None, "/api/v1/nodes", "Read timed out. (read timeout=60)")
     with pytest.raises(api.ApiError) as failed:
         api.call_api("listing the nodes", _Answers(urllib3.exceptions.MaxRetryError(None, "/api/v1/nodes", slow)),
-                          host=HOST)
+                     host=HOST)
     assert str(failed.value).startswith("listing the nodes: the API server at %s did not answer in time" % HOST)
     assert slept == []
 

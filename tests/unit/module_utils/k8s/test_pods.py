@@ -20,7 +20,7 @@ def pod(phase, **status):
 
 def test_the_test_pod_asks_for_one_unit_pinned_by_name_with_the_runtime_class():
     pod = pods.gpu_test_pod("gpuready-gpu-test-n1", "ns", "img:1", GPU, node="n1", runtime_class="nvidia",
-                          pull_policy="Never")
+                            pull_policy="Never")
     spec = pod["spec"]
     assert spec["restartPolicy"] == "Never" and spec["runtimeClassName"] == "nvidia"
     assert spec["containers"] == [{"name": "gpu-test", "image": "img:1", "imagePullPolicy": "Never",

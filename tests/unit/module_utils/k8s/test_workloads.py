@@ -99,7 +99,7 @@ SHAPES = [
      _daemonset('nfd-w', [_container(NFD_IMAGE, ['nfd-worker'], ['-server=nfd-master:8080'])])),
     ('NFD garbage collector', wl.NFD, _daemonset('nfd-gc', [_container(NFD_IMAGE, ['nfd-gc'])])),
     ('unrelated: kube-proxy', None, _daemonset('kube-proxy', [_container('registry.k8s.io/kube-proxy:v1.31.0',
-                                                                          ['kube-proxy'])])),
+                                                                         ['kube-proxy'])])),
     ('unrelated: dcgm-exporter, an NVIDIA image of another name', None,
      _daemonset('gpu-exporter', [_container('nvcr.io/nvidia/k8s/dcgm-exporter:3.3', ['dcgm-exporter'])],
                 {'app': 'dcgm-exporter'})),
