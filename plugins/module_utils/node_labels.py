@@ -17,11 +17,12 @@ __metaclass__ = type
 import json
 import re
 
-from ansible_collections.gpuready.nvidia.plugins.module_utils import gpu_labels, k8s_auth
+from ansible_collections.gpuready.nvidia.plugins.module_utils import gpu_labels
+from ansible_collections.gpuready.nvidia.plugins.module_utils.k8s.api import ApiError, call_api
 
 try:
     from kubernetes.client import CoreV1Api, CustomObjectsApi
-except ImportError:  # pragma: no cover - k8s_auth reports the missing library
+except ImportError:  # pragma: no cover - k8s.auth reports the missing library
     pass
 
 OWNER_ANNOTATION = "gpuready.nvidia/managed-labels"
@@ -134,11 +135,11 @@ class NodeLabeler(object):
         self._node_features = None
 
     def _call(self, what, function, *args, **kwargs):
-        """function's answer through k8s_auth.call_api (its retries and messages); a 409 is a
+        """function's answer through k8s.api.call_api (its retries and messages); a 409 is a
         _Conflict, to read again, any other failure a NodeLabelError."""
         try:
-            return k8s_auth.call_api(what, function, *args, host=self.host, **kwargs)
-        except k8s_auth.ApiError as exc:
+            return call_api(what, function, *args, host=self.host, **kwargs)
+        except ApiError as exc:
             if exc.status == 409:
                 raise _Conflict()
             raise NodeLabelError(str(exc))

@@ -151,11 +151,13 @@ broken:
 """
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible_collections.gpuready.nvidia.plugins.module_utils import doctor, gpu_validate, k8s_auth
+from ansible_collections.gpuready.nvidia.plugins.module_utils import doctor, doctor_evidence, gpu_validate
+from ansible_collections.gpuready.nvidia.plugins.module_utils.k8s import auth, pods
+from ansible_collections.gpuready.nvidia.plugins.module_utils.k8s.api import ApiError, ListWatchError
 
 try:
     from kubernetes.client import AppsV1Api, CoreV1Api, NodeV1Api
-except ImportError:  # pragma: no cover - k8s_auth.HAS_KUBERNETES reports it
+except ImportError:  # pragma: no cover - k8s.auth.HAS_KUBERNETES reports it
     pass
 
 
@@ -165,7 +167,7 @@ def _test_pods(core, reports, params):
     for name, report in sorted(reports.items()):
         if report['status'] != doctor.OK:
             continue
-        results[name] = gpu_validate.run_test_pod(
+        results[name] = pods.run_test_pod(
             core, params['namespace'], 'gpuready-doctor-%s' % name, params['image'], 'nvidia.com/gpu',
             runtime_class=params['runtime_class'], node_name=name, timeout=params['test_pod_timeout'])
     return results
@@ -184,11 +186,11 @@ def main():
         test_pod_timeout=dict(type='int', default=120),
         report_path=dict(type='path'),
     )
-    argument_spec.update(k8s_auth.AUTH_ARG_SPEC)
+    argument_spec.update(auth.AUTH_ARG_SPEC)
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     params = module.params
-    if not k8s_auth.HAS_KUBERNETES:
-        module.fail_json(msg=missing_required_lib('kubernetes'), exception=str(k8s_auth.KUBERNETES_IMPORT_ERROR))
+    if not auth.HAS_KUBERNETES:
+        module.fail_json(msg=missing_required_lib('kubernetes'), exception=str(auth.KUBERNETES_IMPORT_ERROR))
     try:
         expected = gpu_validate.check_expected(params['expected'])
     except ValueError as exc:
@@ -201,16 +203,16 @@ def main():
                              % (name, evidence))
     settings = {'runtime_name': params['runtime_name'], 'mig_strategy': params['mig_strategy']}
     try:
-        client = k8s_auth.api_client(params)
+        client = auth.api_client(params)
         core = CoreV1Api(client)
-        api = doctor.api_evidence(core, AppsV1Api(client), NodeV1Api(client), sorted(params['nodes']))
+        api = doctor_evidence.api_evidence(core, AppsV1Api(client), NodeV1Api(client), sorted(params['nodes']))
         reports = dict((name, doctor.diagnose(name, evidence, api, expected.get(name), settings))
                        for name, evidence in params['nodes'].items())
         if params['run_workload'] and not module.check_mode:
             for name, result in _test_pods(core, reports, params).items():
                 reports[name] = doctor.diagnose(name, params['nodes'][name], api, expected.get(name), settings,
                                                 test_result=result)
-    except (k8s_auth.K8sAuthError, k8s_auth.ApiError, doctor.DoctorError, gpu_validate.ValidationError) as exc:
+    except (auth.K8sAuthError, ApiError, ListWatchError, doctor_evidence.DoctorError, pods.PodRunError) as exc:
         module.fail_json(msg=str(exc))
     report = {'nodes': reports}
     if params['report_path']:

@@ -201,7 +201,8 @@ failed_nodes:
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.gpuready.nvidia.plugins.module_utils import k8s_auth, node_labels
+from ansible_collections.gpuready.nvidia.plugins.module_utils import node_labels
+from ansible_collections.gpuready.nvidia.plugins.module_utils.k8s import auth
 
 
 def _wanted(module, spec, prefix):
@@ -241,13 +242,13 @@ def main():
         prune=dict(type="bool", default=True),
         respect_gfd=dict(type="bool", default=True),
     )
-    argument_spec.update(k8s_auth.AUTH_ARG_SPEC)
+    argument_spec.update(auth.AUTH_ARG_SPEC)
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
                            mutually_exclusive=[("node", "nodes"), ("labels", "gpu_facts"), ("labels", "nodes"),
                                                ("gpu_facts", "nodes")],
                            required_one_of=[("node", "nodes")])
-    if not k8s_auth.HAS_KUBERNETES:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=str(k8s_auth.KUBERNETES_IMPORT_ERROR))
+    if not auth.HAS_KUBERNETES:
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=str(auth.KUBERNETES_IMPORT_ERROR))
 
     bulk = module.params["nodes"] is not None
     specs = module.params["nodes"] if bulk else [dict(name=module.params["node"], labels=module.params["labels"],
@@ -260,9 +261,9 @@ def main():
         module.fail_json(msg=str(exc))
 
     try:
-        labeler = node_labels.NodeLabeler(k8s_auth.api_client(module.params), check_mode=module.check_mode,
+        labeler = node_labels.NodeLabeler(auth.api_client(module.params), check_mode=module.check_mode,
                                           respect_gfd=module.params["respect_gfd"])
-    except k8s_auth.K8sAuthError as exc:
+    except auth.K8sAuthError as exc:
         module.fail_json(msg=str(exc))
 
     results, failed = [], []

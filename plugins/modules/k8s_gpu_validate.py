@@ -197,11 +197,13 @@ import datetime
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.gpuready.nvidia.plugins.module_utils import gpu_validate, k8s_auth
+from ansible_collections.gpuready.nvidia.plugins.module_utils import gpu_validate
+from ansible_collections.gpuready.nvidia.plugins.module_utils.k8s import auth, pods
+from ansible_collections.gpuready.nvidia.plugins.module_utils.k8s.api import ApiError, ListWatchError
 
 try:
     from kubernetes.client import CoreV1Api
-except ImportError:  # pragma: no cover - k8s_auth.HAS_KUBERNETES reports it
+except ImportError:  # pragma: no cover - k8s.auth.HAS_KUBERNETES reports it
     pass
 
 
@@ -228,11 +230,11 @@ def main():
         pull_policy=dict(type="str", choices=["Always", "IfNotPresent", "Never"], default="IfNotPresent"),
         report_path=dict(type="path"),
     )
-    argument_spec.update(k8s_auth.AUTH_ARG_SPEC)
+    argument_spec.update(auth.AUTH_ARG_SPEC)
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     params = module.params
-    if not k8s_auth.HAS_KUBERNETES:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=str(k8s_auth.KUBERNETES_IMPORT_ERROR))
+    if not auth.HAS_KUBERNETES:
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=str(auth.KUBERNETES_IMPORT_ERROR))
     try:
         expected = gpu_validate.check_expected(params["expected"])
     except ValueError as exc:
@@ -246,16 +248,16 @@ def main():
 
     products = dict((node, _products(names)) for node, names in (params["products"] or {}).items())
     try:
-        core = CoreV1Api(k8s_auth.api_client(params))
+        core = CoreV1Api(auth.api_client(params))
         rows = gpu_validate.wait_for_resources(core, expected, params["label_selector"], params["timeout"],
                                                params["page_size"], params["gpus"])
         tested = [row for row in rows if row["ok"] and row["expected"]] if params["test_pod"] else []
-        results = gpu_validate.run_test_pods(
+        results = pods.run_test_pods(
             core, [{"node": row["node"], "resource": sorted(row["expected"])[0], "products": products.get(row["node"])}
                    for row in tested],
             params["namespace"], params["image"], params["runtime_class"], params["test_pod_timeout"],
             params["pull_policy"], params["page_size"]) if tested else []
-    except (k8s_auth.K8sAuthError, k8s_auth.ApiError, gpu_validate.ValidationError) as exc:
+    except (auth.K8sAuthError, ApiError, ListWatchError, gpu_validate.ValidationError, pods.PodRunError) as exc:
         module.fail_json(msg=str(exc))
 
     by_node = dict((result["node"], result) for result in results)

@@ -2,11 +2,11 @@
 # Copyright (c) gpuready.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """k8s_gpu_validate and k8s_gpu_doctor through ansible-playbook against the API emulator's fault
-injection: a burst of 500 or 503 shorter than the retry budget (k8s_auth.RETRY_DELAYS) is retried
+injection: a burst of 500 or 503 shorter than the retry budget (k8s.api.RETRY_DELAYS) is retried
 and the module succeeds, a longer one fails saying how many attempts, a slow answer within the
 request timeout succeeds, 401 and 403 fail at once with a clear message and never the token, a 409
 on creating the test pod is got over. k8s_gpu_labels' retries and refusals are in
-test_k8s_gpu_labels.py; the retry logic without a server in tests/unit/module_utils/test_k8s_auth.py."""
+test_k8s_gpu_labels.py; the retry logic without a server in tests/unit/module_utils/k8s/test_api.py."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -21,13 +21,13 @@ import yaml
 
 from k8s_emulator.client import EmulatorError
 from playbook import run_tasks
-from ansible_collections.gpuready.nvidia.plugins.module_utils import k8s_auth
+from ansible_collections.gpuready.nvidia.plugins.module_utils.k8s.api import RETRY_DELAYS
 
 GPU = "nvidia.com/gpu"
 NAMESPACE = "flt-pods"
 SECRET = "not-a-valid-token-c0ffee42"
-ATTEMPTS = len(k8s_auth.RETRY_DELAYS) + 1
-BUDGET = sum(k8s_auth.RETRY_DELAYS)
+ATTEMPTS = len(RETRY_DELAYS) + 1
+BUDGET = sum(RETRY_DELAYS)
 VALIDATOR_RULES = [
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete", "get", "list", "watch"]},

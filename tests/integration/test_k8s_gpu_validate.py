@@ -19,6 +19,8 @@ from fake_nvml import harness
 from k8s_emulator.client import EmulatorError
 from playbook import run_tasks
 from ansible_collections.gpuready.nvidia.plugins.module_utils import gpu_validate as gv
+from ansible_collections.gpuready.nvidia.plugins.module_utils.k8s.api import list_objects
+from ansible_collections.gpuready.nvidia.plugins.module_utils.k8s.pods import run_test_pod
 
 MODULE = "gpuready.nvidia.k8s_gpu_validate"
 GPU = "nvidia.com/gpu"
@@ -132,7 +134,7 @@ def test_list_restarts_when_the_continue_token_expired(k8s_api, core):
             k8s_api.inject(verb="list", resource="nodes", status=410, count=1)
         return core.list_node(**kwargs)
 
-    nodes, _rv = gv.list_objects(list_expiring_once, "gpuready.test/validate=expire", page_size=1)
+    nodes, _rv = list_objects(list_expiring_once, "gpuready.test/validate=expire", page_size=1)
     assert sorted(n["metadata"]["name"] for n in nodes) == ["val-expire-0", "val-expire-1", "val-expire-2"]
     assert tokens.count(None) == 2  # listed again from the start after the 410
     assert [r["code"] for r in k8s_api.requests() if r["resource"] == "nodes"] == [200, 410, 200, 200, 200]
@@ -220,8 +222,8 @@ def test_run_test_pod_replaces_a_leftover_and_deletes_its_pod(k8s_api, core):
     kubelet = threading.Thread(target=_play_kubelet, args=(k8s_api, "val-pods", "val-pod-1", "Succeeded",
                                                            "GPU 0: Tesla P4 (UUID: GPU-0)\n", seen))
     kubelet.start()
-    result = gv.run_test_pod(core, "val-pods", "val-pod-1", CUDA_IMAGE, GPU, runtime_class="nvidia",
-                             node_name="val-watch-1", timeout=30, products=["Tesla P4"])
+    result = run_test_pod(core, "val-pods", "val-pod-1", CUDA_IMAGE, GPU, runtime_class="nvidia",
+                          node_name="val-watch-1", timeout=30, products=["Tesla P4"])
     kubelet.join()
     assert result["ok"] is True and result["phase"] == "Succeeded" and result["product_found"] is True, result
     assert result["log"] == "GPU 0: Tesla P4 (UUID: GPU-0)\n"
@@ -232,7 +234,7 @@ def test_run_test_pod_replaces_a_leftover_and_deletes_its_pod(k8s_api, core):
 
 def test_a_pod_that_never_runs_times_out_and_is_deleted(k8s_api, core):
     started = time.monotonic()
-    result = gv.run_test_pod(core, "default", "val-pod-stuck", CUDA_IMAGE, "example.com/none", timeout=2)
+    result = run_test_pod(core, "default", "val-pod-stuck", CUDA_IMAGE, "example.com/none", timeout=2)
     assert 2 <= time.monotonic() - started < 10
     assert result["ok"] is False and result["phase"] == "Pending"
     assert result["problem"] == ("test pod default/val-pod-stuck asking for 1 example.com/none did not finish "

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from ansible_collections.gpuready.nvidia.plugins.module_utils import gpu_validate as gv
+from ansible_collections.gpuready.nvidia.plugins.module_utils.k8s.pods import pod_name_for, run_test_pods
 from ansible_collections.gpuready.nvidia.tests.playbook import run_tasks
 
 NODE = 'gpu-p4'
@@ -383,16 +384,16 @@ def test_validation_test_pods_on_the_node(lab, k8s_api, seed_node):  # pylint: d
                                  timeout=180)
     assert rows[0]['ok'], rows
 
-    result = gv.run_test_pods(core, [{'node': NODE, 'resource': 'nvidia.com/gpu', 'products': ['Tesla P4']}], 'default',
-                              CUDA_IMAGE, runtime_class='nvidia', timeout=120)[0]
+    result = run_test_pods(core, [{'node': NODE, 'resource': 'nvidia.com/gpu', 'products': ['Tesla P4']}], 'default',
+                           CUDA_IMAGE, runtime_class='nvidia', timeout=120)[0]
     assert result['ok'] is True and result['phase'] == 'Succeeded', result
     assert result['product'] == 'Tesla P4' and result['log'].count('Tesla P4') == 1, result['log']
-    assert not k8s_api.exists('v1', 'Pod', gv.pod_name_for(NODE), namespace='default')
+    assert not k8s_api.exists('v1', 'Pod', pod_name_for(NODE), namespace='default')
 
-    result = gv.run_test_pods(core, [{'node': NODE, 'resource': 'example.com/none'}], 'default', CUDA_IMAGE,
-                              runtime_class='nvidia', timeout=15)[0]
+    result = run_test_pods(core, [{'node': NODE, 'resource': 'example.com/none'}], 'default', CUDA_IMAGE,
+                           runtime_class='nvidia', timeout=15)[0]
     assert result['ok'] is False and result['phase'] == 'Pending', result
     assert result['problem'].startswith('node gpu-p4: test pod default/gpuready-gpu-test-gpu-p4 asking for 1 '
                                         'example.com/none did not finish within 15 s (not scheduled: ')
     assert 'Insufficient example.com/none' in result['problem']
-    assert not k8s_api.exists('v1', 'Pod', gv.pod_name_for(NODE), namespace='default')
+    assert not k8s_api.exists('v1', 'Pod', pod_name_for(NODE), namespace='default')

@@ -5,7 +5,7 @@
 the config file means to the plugin what gpuready_sharing / gpuready_mig_strategy mean to the label
 engine, the checksum follows the config, the runtime class and registry settings reach every pod,
 and every object is valid Kubernetes for the versions we claim. Also the preflight's sorting of
-foreign objects (templates/existing.json.j2)."""
+foreign objects (the gpuready.nvidia.gpu_components filter, over module_utils/k8s/workloads.py)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -21,6 +21,7 @@ import yaml
 
 import manifest_render
 
+from ansible_collections.gpuready.nvidia.plugins.filter.gpu_components import gpu_components
 from ansible_collections.gpuready.nvidia.plugins.module_utils import gpu_labels
 
 FIXTURES = os.path.join(manifest_render.COLLECTION_ROOT, 'tests', 'fixtures', 'manifests')
@@ -308,9 +309,7 @@ def _fixture_daemonsets(name):
 
 
 def _found(daemonsets, policies=()):
-    [found] = manifest_render.render(ROLE, 'existing.json.j2', {
-        'device_plugin_daemonsets': {'resources': list(daemonsets)},
-        'device_plugin_cluster_policies': {'resources': list(policies), 'api_found': bool(policies)}})
+    found = gpu_components({'resources': list(daemonsets)}, {'resources': list(policies), 'api_found': bool(policies)})
     return [(f['component'], f['kind'], f['namespace'], f['name']) for f in found]
 
 

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 import manifest_render
-from ansible_collections.gpuready.nvidia.plugins.module_utils import k8s_auth
+from ansible_collections.gpuready.nvidia.plugins.module_utils.k8s import auth
 
 TEMPLATES = [('device_plugin', 'namespace.yml.j2'), ('device_plugin', 'device-plugin.yml.j2'),
              ('feature_discovery', 'prerequisites.yml.j2'), ('feature_discovery', 'nfd.yml.j2'),
@@ -43,8 +43,8 @@ PRIVILEGED = {'gpu-feature-discovery', 'mps-control-daemon-mounts', 'mps-control
 def test_tls_is_verified_by_default():
     with open(os.path.join(manifest_render.ROLES_DIR, 'gpuready', 'defaults', 'main.yml')) as handle:
         assert yaml.safe_load(handle)['gpuready_k8s_validate_certs'] is True
-    assert 'default' not in k8s_auth.AUTH_ARG_SPEC['validate_certs']  # unset: the kubeconfig decides, else verify
-    client = k8s_auth.api_client({'host': 'https://127.0.0.1:9', 'api_key': 'not-a-real-token'})
+    assert 'default' not in auth.AUTH_ARG_SPEC['validate_certs']  # unset: the kubeconfig decides, else verify
+    client = auth.api_client({'host': 'https://127.0.0.1:9', 'api_key': 'not-a-real-token'})
     assert client.configuration.verify_ssl is True
 
 

@@ -292,19 +292,6 @@ def test_a_runtime_class_that_works_makes_that_link_ok():
     assert judge(h, a)['links']['runtime_class'] == 'ok'
 
 
-def test_the_lab_style_static_manifest_counts_as_a_device_plugin():
-    # The upstream static DaemonSet has no command: the image says what it is
-    container = {'image': PLUGIN_IMAGE, 'name': 'nvidia-device-plugin-ctr'}
-    assert doctor.container_role(container) == doctor.PLUGIN_ROLE
-    assert doctor.container_role(dict(container, command=['gpu-feature-discovery'])) == doctor.GFD_ROLE
-
-
-def test_the_daemonset_controller_tolerates_node_conditions_on_its_own():
-    node = {'metadata': {'labels': {}}, 'spec': {'taints': [{'key': 'node.kubernetes.io/not-ready',
-                                                             'effect': 'NoExecute'}]}}
-    assert doctor.placement_problem({}, node) is None
-
-
 def test_the_chain_has_a_line_per_link_and_the_finding():
     h, a = host(), api()
     h['gpu']['kernel_module']['nouveau_loaded'] = True

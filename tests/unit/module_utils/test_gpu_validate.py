@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
-"""gpu_validate's pure parts: rows and problem sentences from Node objects, the test pod's manifest
-and outcome, the table. The API-facing parts are tested against the emulator in
+"""gpu_validate's pure parts: rows and problem sentences from Node objects, the table (the test
+pod's manifest and outcome: k8s/test_pods.py). The API-facing parts are tested against the emulator in
 tests/integration/test_k8s_gpu_validate.py."""
 
 from __future__ import absolute_import, division, print_function
@@ -10,6 +10,7 @@ __metaclass__ = type
 import pytest
 
 from ansible_collections.gpuready.nvidia.plugins.module_utils import gpu_validate as gv
+from ansible_collections.gpuready.nvidia.plugins.module_utils.k8s import pods
 
 GPU = "nvidia.com/gpu"
 
@@ -83,29 +84,6 @@ def test_a_node_expected_to_have_nothing_only_needs_to_exist():
     assert gv.node_row("cpu-1", {}, node("cpu-1", {}, {}))["ok"] is True
 
 
-def test_the_test_pod_asks_for_one_unit_pinned_by_name_with_the_runtime_class():
-    pod = gv.gpu_test_pod("gpuready-gpu-test-n1", "ns", "img:1", GPU, node="n1", runtime_class="nvidia",
-                          pull_policy="Never")
-    spec = pod["spec"]
-    assert spec["restartPolicy"] == "Never" and spec["runtimeClassName"] == "nvidia"
-    assert spec["containers"] == [{"name": "gpu-test", "image": "img:1", "imagePullPolicy": "Never",
-                                   "command": ["nvidia-smi", "-L"], "resources": {"limits": {GPU: "1"}}}]
-    term = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert term == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]
-    assert pod["metadata"]["labels"] == gv.TEST_POD_LABELS
-
-
-def test_without_a_runtime_class_or_node_the_pod_names_neither():
-    spec = gv.gpu_test_pod("p", "ns", "img:1", GPU)["spec"]
-    assert "runtimeClassName" not in spec and "affinity" not in spec
-
-
-def test_pod_names_are_dns_subdomains():
-    assert gv.pod_name_for("gpu-1") == "gpuready-gpu-test-gpu-1"
-    long_name = gv.pod_name_for("a" * 240 + ".b")
-    assert len(long_name) == 253 and not long_name.endswith((".", "-"))
-
-
 TEST = {"node": "n1", "name": "gpuready-gpu-test-n1", "namespace": "ns", "resource": GPU, "timeout": 30,
         "products": ["Tesla P4"]}
 
@@ -114,45 +92,10 @@ def pod(phase, **status):
     return {"metadata": {"name": TEST["name"]}, "status": dict(status, phase=phase)}
 
 
-def test_a_succeeded_pod_whose_log_names_the_product_passes():
-    result = gv.outcome(TEST, pod("Succeeded"), "GPU 0: Tesla P4 (UUID: GPU-1)\n")
-    assert result["ok"] is True and result["product_found"] is True and result["product"] == "Tesla P4"
-    assert result["problem"] is None and gv.pod_cell(result) == "passed: Tesla P4"
-
-
-def test_a_log_without_the_product_fails_naming_it():
-    result = gv.outcome(TEST, pod("Succeeded"), "GPU 0: Tesla T4 (UUID: GPU-1)\n")
-    assert result["ok"] is False and result["product_found"] is False
-    assert result["problem"] == ("node n1: test pod ns/gpuready-gpu-test-n1 ran nvidia-smi but its log does not "
-                                 "name Tesla P4: GPU 0: Tesla T4 (UUID: GPU-1)")
-
-
-def test_a_failed_pod_quotes_its_log():
-    result = gv.outcome(TEST, pod("Failed"), "nvidia-smi: not found\n")
-    assert result["problem"] == "node n1: test pod ns/gpuready-gpu-test-n1 failed: nvidia-smi: not found"
-    assert gv.pod_cell(result) == "failed (Failed)"
-
-
-def test_a_pending_pod_gives_the_schedulers_reason():
-    pending = pod("Pending", conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                                          "message": "0/2 nodes are available: 2 Insufficient example.com/none."}])
-    result = gv.outcome(dict(TEST, resource="example.com/none"), pending)
-    assert result["ok"] is False and result["phase"] == "Pending"
-    assert result["problem"] == ("node n1: test pod ns/gpuready-gpu-test-n1 asking for 1 example.com/none did not "
-                                 "finish within 30 s (not scheduled: 0/2 nodes are available: 2 Insufficient "
-                                 "example.com/none.)")
-
-
-def test_a_waiting_container_gives_the_kubelets_reason():
-    waiting = pod("Pending", containerStatuses=[{"state": {"waiting": {"reason": "ErrImagePull",
-                                                                       "message": "img:1 not found"}}}])
-    assert gv.waiting_reason(waiting) == "ErrImagePull: img:1 not found"
-
-
 def test_the_table_lines_up_every_column():
     rows = [gv.node_row("gpu-p4", {GPU: 4}, node("gpu-p4", {GPU: "4"}, {GPU: "4"}), gpus=4),
             gv.node_row("gpu-h100-long", {GPU: 8}, node("gpu-h100-long", {GPU: "8"}, {GPU: "7"}), gpus=8)]
-    rows[0]["test_pod"] = gv.outcome(TEST, pod("Succeeded"), "GPU 0: Tesla P4\n")
+    rows[0]["test_pod"] = pods.outcome(TEST, pod("Succeeded"), "GPU 0: Tesla P4\n")
     lines = gv.format_table(rows)
     assert lines == [
         "node           GPUs  expected          capacity          allocatable       test pod",
@@ -164,17 +107,3 @@ def test_the_table_lines_up_every_column():
 def test_the_table_of_a_missing_node_shows_dashes():
     lines = gv.format_table([gv.node_row("gone", {GPU: 1}, None, missing="no such Node in the cluster")])
     assert lines[1] == "gone  -     nvidia.com/gpu=1  -         -            -"
-
-
-def test_a_pod_refused_at_admission_gives_the_kubelets_message():
-    refused = pod("Failed", reason="UnexpectedAdmissionError",
-                  message="Allocate failed due to requested number of devices unavailable for nvidia.com/gpu")
-    result = gv.outcome(TEST, refused, "")
-    assert result["problem"] == ("node n1: test pod ns/gpuready-gpu-test-n1 failed: UnexpectedAdmissionError: "
-                                 "Allocate failed due to requested number of devices unavailable for nvidia.com/gpu")
-
-
-def test_a_container_that_could_not_start_gives_its_exit():
-    ended = pod("Failed", containerStatuses=[{"state": {"terminated": {
-        "reason": "StartError", "exitCode": 128, "message": "exec: \"nvidia-smi\": executable file not found"}}}])
-    assert gv.failure_reason(ended) == 'StartError, exit code 128: exec: "nvidia-smi": executable file not found'
