@@ -62,7 +62,7 @@ def no_libraries(tmp_path):
 
 @pytest.mark.parametrize("test", [
     os.path.join("unit", "module_utils", "test_nvml.py") + "::test_real_pynvml_against_fake_library",
-    os.path.join("unit", "module_utils", "test_cri_wire.py"),
+    os.path.join("unit", "module_utils", "test_cri.py"),
 ])
 def test_a_missing_library_fails_under_make_test_and_skips_by_hand(tmp_path, no_libraries, test):
     node = os.path.join(TESTS, test)
