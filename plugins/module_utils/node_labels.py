@@ -47,6 +47,13 @@ class _Conflict(Exception):
     pass
 
 
+def nfd_labels(node, prefix=""):
+    """The label keys NFD set on a Node (its nfd.node.kubernetes.io/feature-labels annotation), those
+    starting with prefix; none for a node that is missing or that NFD has not labelled."""
+    annotation = ((node or {}).get("metadata") or {}).get("annotations") or {}
+    return [key for key in (annotation.get(NFD_FEATURE_LABELS_ANNOTATION) or "").split(",") if key and key.startswith(prefix)]
+
+
 # --- what a node should carry ---------------------------------------------------------------
 
 
@@ -151,8 +158,7 @@ class NodeLabeler(object):
     def _gfd_keys(self, node, name):
         """The nvidia.com/ keys GFD manages on this node (NFD's feature-labels annotation, else
         the labels of the NodeFeature GFD writes), or None when GFD does not manage it."""
-        annotation = (node.get("metadata", {}).get("annotations") or {}).get(NFD_FEATURE_LABELS_ANNOTATION) or ""
-        keys = set(k for k in annotation.split(",") if k.startswith(NVIDIA_PREFIX))
+        keys = set(nfd_labels(node, NVIDIA_PREFIX))
         if keys:
             return keys
         features = self._gfd_node_features()

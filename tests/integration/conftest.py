@@ -162,6 +162,17 @@ def lab_module():
     return _load_lab_module()
 
 
+LAB_FIXTURES = ('lab', 'lab_v3')
+
+
+def pytest_collection_modifyitems(items):
+    """Tests that use the lab run after all others. From the moment it comes up, the lab's kubelets,
+    scheduler and controllers work against the run's shared ``k8s_api`` emulator: a test that counts the
+    requests a module makes (its audit log) or expects a pod to stay unscheduled must not share it with
+    them. Stable, so files keep their order within each group."""
+    items.sort(key=lambda item: any(name in LAB_FIXTURES for name in getattr(item, 'fixturenames', ())))
+
+
 def _molecule_items(session):
     return [item for item in getattr(session, 'items', []) if item.path.name == 'test_molecule.py']
 

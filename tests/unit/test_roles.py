@@ -53,7 +53,7 @@ def test_variables_carry_the_role_prefix(role):
 @pytest.mark.parametrize('role', [r for r in ROLES if r != 'gpuready'])
 def test_preflight_first_and_settings_dependency(role):
     tasks = _load(role, 'tasks', 'main.yml')
-    if len(tasks) == 1 and 'module_defaults' in tasks[0]:
+    if 'module_defaults' in tasks[0]:
         tasks = tasks[0]['block']  # the role's tasks, given the Kubernetes credentials once
     includes = [i for i, task in enumerate(tasks) if task.get('ansible.builtin.include_tasks') == 'preflight.yml']
     assert includes, 'tasks/main.yml does not include preflight.yml'
@@ -67,6 +67,7 @@ def test_preflight_first_and_settings_dependency(role):
 AUTH_OPTIONS = {'kubeconfig', 'context', 'host', 'api_key', 'ca_cert', 'validate_certs'}
 AUTH_DEFAULTS = {'group/gpuready.nvidia.k8s': '{{ gpuready_k8s_auth }}'}
 INCLUDES = ('ansible.builtin.include_tasks', 'ansible.builtin.import_tasks')
+ROLE_INCLUDES = ('ansible.builtin.include_role', 'ansible.builtin.import_role')
 
 
 def _api_tasks(role, name, defaults=(), folder='tasks'):
@@ -85,14 +86,49 @@ def _api_tasks_in(role, name, task, defaults):
     for include in INCLUDES:
         if include in task:
             yield from _api_tasks(role, task[include], defaults)
+    for include in ROLE_INCLUDES:
+        # A shared task file (roles/gpuready remove_rendered.yml) runs with the caller's credentials; a role's
+        # main.yml gives its own and is checked as that role's entry point
+        options = task.get(include) or {}
+        if options.get('name', '').startswith('gpuready.nvidia.') and 'tasks_from' in options:
+            yield from _api_tasks(options['name'].split('.')[-1], options['tasks_from'], defaults)
     for module, options in task.items():
         if module.startswith('kubernetes.core.') or module.startswith('gpuready.nvidia.k8s_'):
             yield name, task.get('name'), module, options or {}, defaults
 
 
+PLAYBOOKS_DIR = os.path.join(ROLES_DIR, '..', 'playbooks')
+
+
+def _tasks_from(role, tasks=None):
+    """The task files of the role that the playbooks run alone (include_role/import_role tasks_from)."""
+    if tasks is None:
+        tasks = []
+        for name in sorted(os.listdir(PLAYBOOKS_DIR)):
+            if name.endswith('.yml'):
+                with open(os.path.join(PLAYBOOKS_DIR, name)) as handle:
+                    for play in yaml.safe_load(handle) or []:
+                        tasks += play.get('tasks') or []
+    for task in tasks:
+        for key in ('block', 'rescue', 'always'):
+            yield from _tasks_from(role, task.get(key) or [])
+        for include in ROLE_INCLUDES:
+            options = task.get(include) or {}
+            if options.get('name') == 'gpuready.nvidia.' + role and 'tasks_from' in options:
+                yield options['tasks_from']
+
+
+def test_the_playbooks_run_role_task_files_alone():
+    """The check below follows these entry points too: credentials given in main.yml do not reach them."""
+    assert list(_tasks_from('device_plugin')) == ['preflight.yml']
+
+
 def _role_api_tasks(role):
-    """Every Kubernetes task reached from the role's tasks/main.yml and handlers/main.yml."""
+    """Every Kubernetes task reached from the role's entry points: tasks/main.yml, the task files the
+    playbooks run alone, and handlers/main.yml."""
     yield from _api_tasks(role, 'main.yml')
+    for name in _tasks_from(role):
+        yield from _api_tasks(role, name)
     yield from _api_tasks(role, 'main.yml', folder='handlers')
 
 

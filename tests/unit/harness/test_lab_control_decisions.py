@@ -2,7 +2,7 @@
 # Copyright (c) gpuready.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The lab's control plane (lab/control/controllers.py) without an API server: its decisions are
-pure functions of plain dicts. lab/ is no package, so the file is loaded from its path."""
+pure functions of plain dicts, loaded as the image imports it (tests/lab_control.py)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -11,27 +11,12 @@ __metaclass__ = type
 import copy
 import datetime
 import decimal
-import importlib.util
-import os
-import sys
 
 import pytest
 
-CONTROL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', '..', 'lab', 'control')
+import lab_control
 
-
-def _load():
-    sys.path.insert(0, CONTROL_DIR)  # for its `import kube`
-    try:
-        spec = importlib.util.spec_from_file_location('lab_controllers', os.path.join(CONTROL_DIR, 'controllers.py'))
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(CONTROL_DIR)
-
-
-ctl = _load()
+ctl = lab_control.load('controllers')
 D = decimal.Decimal
 NOW = datetime.datetime(2026, 12, 3, 12, 0, 0, tzinfo=datetime.timezone.utc)
 

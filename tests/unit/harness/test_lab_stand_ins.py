@@ -2,35 +2,22 @@
 # Copyright (c) gpuready.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The option handling and decisions of the lab's stand-ins (lab/control/device_plugin.py, gfd.py,
-nfd.py) without a cluster. In the image their modules sit in one folder; here lab/control and
-plugins/module_utils go on sys.path while they load."""
+nfd.py) without a cluster, loaded as the image imports them (tests/lab_control.py)."""
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import importlib
-import os
 import subprocess
 import sys
 
 import pytest
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', '..')
-PATHS = [os.path.join(ROOT, 'lab', 'control'), os.path.join(ROOT, 'plugins', 'module_utils')]
+import lab_control
 
-
-def _load(name):
-    sys.path[:0] = PATHS
-    try:
-        return importlib.import_module(name)
-    finally:
-        del sys.path[:len(PATHS)]
-
-
-device_plugin = _load('device_plugin')
-gfd = _load('gfd')
-nfd = _load('nfd')
+device_plugin = lab_control.load('device_plugin')
+gfd = lab_control.load('gfd')
+nfd = lab_control.load('nfd')
 
 TIME_SLICING = """
 version: v1
@@ -78,10 +65,9 @@ def test_plugin_refuses_a_config_file_it_cannot_read(tmp_path, capsys):
 
 def test_plugin_without_nvml_fails_with_the_real_messages():
     """A fresh process with the real pynvml, on this machine without libnvidia-ml.so.1, as in a runc container."""
-    code = ('import os, sys; sys.path[:0] = %r; import device_plugin; '
-            'sys.exit(device_plugin.main([], {}))' % PATHS)
+    code = 'import sys; import device_plugin; sys.exit(device_plugin.main([], {}))'
     proc = subprocess.run([sys.executable, '-c', code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, timeout=60, check=False)
+                          universal_newlines=True, timeout=60, check=False, env=lab_control.environment())
     assert proc.returncode == 1, proc.stderr
     assert ('Detected non-NVML platform: could not load NVML library: libnvidia-ml.so.1: cannot open shared '
             'object file') in proc.stderr
@@ -90,7 +76,7 @@ def test_plugin_without_nvml_fails_with_the_real_messages():
     assert 'error starting plugins' in proc.stderr
     # FAIL_ON_INIT_ERROR=false: the plugin stays up and advertises nothing.
     waiting = subprocess.Popen([sys.executable, '-c', code.replace('{}', '{"FAIL_ON_INIT_ERROR": "false"}')],
-                               stderr=subprocess.PIPE, universal_newlines=True)
+                               stderr=subprocess.PIPE, universal_newlines=True, env=lab_control.environment())
     try:
         lines = []
         for line in waiting.stderr:
@@ -127,7 +113,7 @@ def test_gfd_options_and_intervals(tmp_path):
                        {'NODE_NAME': 'n1', 'GFD_NO_TIMESTAMP': 'true', 'MIG_STRATEGY': 'single'})
     assert opts['oneshot'] is True and opts['no_timestamp'] is True and opts['mig_strategy'] == 'single'
     assert opts['use_node_feature_api'] is True and opts['namespace'] == 'default'
-    kube = _load('kube')
+    kube = lab_control.load('kube')
     assert kube.duration_seconds('60s') == 60 and kube.duration_seconds('1m30s') == 90
     assert kube.duration_seconds('500ms') == 0.5 and kube.duration_seconds('infinite') is None
     for bad in ('soon', '10', '5s later', '0s'):

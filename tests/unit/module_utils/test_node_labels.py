@@ -105,3 +105,21 @@ def test_plan_absent():
     assert node_labels.plan(node, {}, state="absent", explicit=False) == ({}, ["a", "b"], set())
     assert node_labels.plan(node, {"c": None}, state="absent") == ({}, ["c"], {"a", "b"})
     assert node_labels.plan(node, {"b": None, "c": None}, state="absent", explicit=False)[1] == ["b"]
+
+
+def _nfd_node(annotation):
+    return {'metadata': {'name': 'gpu-1', 'annotations': {'nfd.node.kubernetes.io/feature-labels': annotation}}}
+
+
+def test_nfd_labels_reads_the_keys_nfd_master_lists():
+    node = _nfd_node('cpu-cpuid.AVX,nvidia.com/gpu.count,nvidia.com/gpu.product,pci-10de.present')
+    assert node_labels.nfd_labels(node) == ['cpu-cpuid.AVX', 'nvidia.com/gpu.count', 'nvidia.com/gpu.product',
+                                            'pci-10de.present']
+    assert node_labels.nfd_labels(node, 'nvidia.com/') == ['nvidia.com/gpu.count', 'nvidia.com/gpu.product']
+
+
+@pytest.mark.parametrize('node', [None, {}, {'metadata': {}}, {'metadata': {'annotations': None}}, _nfd_node(''),
+                                  {'metadata': {'annotations': {'other': 'nvidia.com/gpu.count'}}}])
+def test_nfd_labels_of_a_node_nfd_did_not_label(node):
+    assert node_labels.nfd_labels(node) == []
+    assert node_labels.nfd_labels(node, 'nvidia.com/') == []

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) gpuready.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The filters gpu_components, owned_selectors and gfd_diagnosis and the test owned: the names the roles call, over
+"""The filters gpu_components, owned_selectors, gfd_diagnosis and nfd_labels and the test owned: the names the roles call, over
 module_utils/k8s/workloads.py (whose classifier is tested in tests/unit/module_utils/k8s/test_workloads.py).
 The same expressions as the roles write them, through ansible-playbook: tests/integration/test_k8s_workload_plugins_in_play.py."""
 
@@ -14,6 +14,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpuready.nvidia.plugins.filter.gfd_diagnosis import FilterModule as GfdDiagnosis
 from ansible_collections.gpuready.nvidia.plugins.filter.gpu_components import FilterModule
+from ansible_collections.gpuready.nvidia.plugins.filter.nfd_labels import FilterModule as NfdLabels
 from ansible_collections.gpuready.nvidia.plugins.test.owned import TestModule as OwnedTests
 
 FILTERS = FilterModule().filters()
@@ -68,3 +69,11 @@ def test_gfd_diagnosis_takes_the_k8s_info_node_or_nothing():
     assert gfd_diagnosis({}, 'gpu-1').startswith('node gpu-1 does not exist')
     assert gfd_diagnosis({'metadata': {'name': 'gpu-1'}}, 'gpu-1', [], 'gpu', 60).startswith(
         'node gpu-1 has no GFD labels after 60 s. No GFD pod runs there')
+
+
+def test_nfd_labels_takes_the_k8s_info_node_and_a_prefix():
+    nfd_labels = NfdLabels().filters()['nfd_labels']
+    node = {'metadata': {'annotations': {'nfd.node.kubernetes.io/feature-labels': 'pci-10de.present,nvidia.com/gpu.count'}}}
+    assert nfd_labels(node) == ['pci-10de.present', 'nvidia.com/gpu.count']
+    assert nfd_labels(node, 'nvidia.com/') == ['nvidia.com/gpu.count']
+    assert nfd_labels(None) == []
