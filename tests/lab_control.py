@@ -1,8 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) gpuready.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The lab's control-plane programs (lab/control: controllers, the stand-in device plugin, GFD, NFD) as
-modules for tests. In the lab's image they sit in one folder with the module_utils they import by bare
+"""The lab's programs as modules for tests: lab/control (controllers, the stand-in device plugin, GFD,
+NFD) through `load`, and a script such as lab/lab.py or lab/go/gobuild.py through `script`. In the lab's image they sit in one folder with the module_utils they import by bare
 name (kube, gpu_labels, nvml); SEARCH_PATH is that folder's content here, and this is the one place tests
 put it on the import path."""
 
@@ -11,6 +11,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import importlib
+import importlib.util
 import os
 import sys
 
@@ -25,6 +26,14 @@ def load(name):
         return importlib.import_module(name)
     finally:
         del sys.path[:len(SEARCH_PATH)]
+
+
+def script(relative_path, name):
+    """A program of the lab (a path under the repository root) loaded as module `name`; no import path changes."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, relative_path))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def environment():

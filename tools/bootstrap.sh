@@ -6,8 +6,9 @@ set -euo pipefail
 # shellcheck source=tools/common.sh
 . "$(dirname "$0")/common.sh"
 
-# podman + debootstrap: the lab (lab/README.md), whose nodes the integration tests start
-APT_PACKAGES=(ca-certificates containerd runc gcc libc6-dev git shellcheck podman debootstrap)
+# podman + debootstrap: the lab (lab/README.md), whose nodes the integration tests start;
+# iproute2: the network namespace of its real control plane (lab/control_plane.py)
+APT_PACKAGES=(ca-certificates containerd runc gcc libc6-dev git shellcheck podman debootstrap iproute2)
 
 apt_system_packages() {
     local pkg missing=()

@@ -10,6 +10,7 @@
 #   GPUREADY_CONTAINERD_1_7   .cache/containerd/1.7/usr/bin/containerd (Debian trixie .deb)
 #   GPUREADY_CONTAINERD_2     .cache/containerd/2/usr/bin/containerd (Debian sid .deb)
 #   LAB_CACHE                 .cache/lab of the repo root (the lab's images, podman storage, run state)
+#   GPUREADY_GO_BIN_DIR       .cache/bin of the repo root (make go-build: the lab's Go programs)
 #   GPUREADY_REQUIRE_REAL=1   tests fail instead of skipping when a daemon or tool is missing
 
 # shellcheck source=tools/common.sh
@@ -34,4 +35,5 @@ export GPUREADY_CONTAINERD_1_6=/usr/bin/containerd
 export GPUREADY_CONTAINERD_1_7="$CACHE/containerd/1.7/usr/bin/containerd"
 export GPUREADY_CONTAINERD_2="$CACHE/containerd/2/usr/bin/containerd"
 export LAB_CACHE="$CACHE/lab"
+export GPUREADY_GO_BIN_DIR="$CACHE/bin"
 export GPUREADY_REQUIRE_REAL=1

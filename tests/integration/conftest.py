@@ -20,6 +20,7 @@ import tempfile
 
 import pytest
 
+import lab_control
 import require
 from ansible_collections.gpuready.nvidia.tests.integration.containerd_daemon import (
     SERIES, ContainerdDaemon, binary_version)
@@ -134,15 +135,6 @@ def k8s_api(tmp_path_factory):
         emulator.stop()
 
 
-def _load_lab_module():
-    import importlib.util
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), 'lab', 'lab.py')
-    spec = importlib.util.spec_from_file_location('gpuready_lab', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _lab_unavailable():
     """Why the lab cannot run on this machine, or None."""
     if os.geteuid() != 0:
@@ -159,7 +151,7 @@ def lab_module():
     why = _lab_unavailable()
     if why:
         _missing(why)
-    return _load_lab_module()
+    return lab_control.script('lab/lab.py', 'gpuready_lab')
 
 
 LAB_FIXTURES = ('lab', 'lab_v3')
@@ -182,7 +174,7 @@ def pytest_collection_finish(session):
     they have lab nodes and API emulators of their own, and mostly wait."""
     items = _molecule_items(session)
     if items and _lab_unavailable() is None:
-        items[0].module.start_scenarios(session.config, _load_lab_module(), items)
+        items[0].module.start_scenarios(session.config, lab_control.script('lab/lab.py', 'gpuready_lab'), items)
 
 
 def pytest_sessionfinish(session):
@@ -206,3 +198,22 @@ def lab(lab_module, k8s_api, tmp_path_factory):  # pylint: disable=redefined-out
         problems = instance.down()
         if problems:
             raise AssertionError('lab down left: %s' % '; '.join(problems))
+
+
+@pytest.fixture(scope='session')
+def control_plane(tmp_path_factory):
+    """The lab's real control plane (lab/control_plane.py: etcd, kube-apiserver, controller-manager,
+    scheduler from lab/go), one per pytest run, in a run dir of its own."""
+    module = lab_control.script('lab/control_plane.py', 'gpuready_control_plane')
+    try:
+        for program in module.PROCESSES:
+            module.binary(program)
+    except module.ControlPlaneError as err:
+        require.missing(str(err))
+    plane = module.ControlPlane(str(tmp_path_factory.mktemp('control-plane')))
+    try:
+        yield plane.up()
+    finally:
+        left = plane.down()
+        if left:
+            raise AssertionError('control plane down left: %s' % ', '.join(left))

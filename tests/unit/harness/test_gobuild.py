@@ -1,0 +1,123 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpuready.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""lab/go/gobuild.py without the go command: how an upstream go.mod's replace directives become ours.
+The upstream texts below are cut from the real go.mod files (k8s.io/kubernetes v1.37.2, etcd server
+v3.6.16, node-feature-discovery v0.19.0); the expected blocks are written out by hand."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import pytest
+
+import lab_control
+
+gobuild = lab_control.script('lab/go/gobuild.py', 'gobuild')
+
+KUBERNETES = '''module k8s.io/kubernetes
+
+go 1.26.0
+
+godebug default=go1.26
+
+require (
+	github.com/blang/semver/v4 v4.0.0
+	k8s.io/api v0.0.0
+	k8s.io/client-go v0.0.0
+	k8s.io/kubelet v0.0.0
+)
+
+require (
+	github.com/go-logr/logr v1.4.3 // indirect
+)
+
+replace (
+	k8s.io/api => ./staging/src/k8s.io/api
+	k8s.io/client-go => ./staging/src/k8s.io/client-go
+	k8s.io/kubelet => ./staging/src/k8s.io/kubelet
+	k8s.io/sample-cli-plugin => ./staging/src/k8s.io/sample-cli-plugin
+)
+'''
+
+ETCD = '''module go.etcd.io/etcd/server/v3
+
+require (
+	go.etcd.io/etcd/api/v3 v3.6.16
+	go.etcd.io/etcd/pkg/v3 v3.6.16
+)
+
+replace (
+	go.etcd.io/etcd/api/v3 => ../api
+	go.etcd.io/etcd/pkg/v3 => ../pkg
+)
+
+// Bad imports are sometimes causing attempts to pull that code.
+// This makes the error more explicit.
+replace go.etcd.io/etcd => ./FORBIDDEN_DEPENDENCY
+'''
+
+NFD = '''module sigs.k8s.io/node-feature-discovery
+
+require (
+	k8s.io/api v0.35.3
+	sigs.k8s.io/node-feature-discovery/api/nfd v0.0.0-00010101000000-000000000000
+)
+
+replace (
+	k8s.io/api => k8s.io/api v0.35.3
+	k8s.io/legacy-cloud-providers => k8s.io/legacy-cloud-providers v0.35.3
+	sigs.k8s.io/node-feature-discovery/api/nfd => ./api/nfd
+)
+'''
+
+
+def test_staging_modules_become_published_releases():
+    assert gobuild.carried_replaces(KUBERNETES, 'v0.37.2') == {
+        'k8s.io/api': ['k8s.io/api', 'v0.37.2'],
+        'k8s.io/client-go': ['k8s.io/client-go', 'v0.37.2'],
+        'k8s.io/kubelet': ['k8s.io/kubelet', 'v0.37.2'],
+    }
+
+
+def test_kubernetes_release_maps_to_staging_release():
+    assert gobuild.COMPONENTS['kubernetes']['local_version']('v1.37.2') == 'v0.37.2'
+
+
+def test_guards_for_modules_not_required_are_left_out():
+    assert gobuild.carried_replaces(ETCD, 'v3.6.16') == {
+        'go.etcd.io/etcd/api/v3': ['go.etcd.io/etcd/api/v3', 'v3.6.16'],
+        'go.etcd.io/etcd/pkg/v3': ['go.etcd.io/etcd/pkg/v3', 'v3.6.16'],
+    }
+
+
+def test_version_pins_are_kept_and_local_paths_published():
+    assert gobuild.carried_replaces(NFD, 'v0.19.0') == {
+        'k8s.io/api': ['k8s.io/api', 'v0.35.3'],
+        'sigs.k8s.io/node-feature-discovery/api/nfd': ['sigs.k8s.io/node-feature-discovery/api/nfd', 'v0.19.0'],
+    }
+
+
+def test_parse_reads_blocks_single_lines_and_tools():
+    parsed = gobuild.parse_gomod('module a/b\n\nrequire x/y v1.0.0 // indirect\n\ntool (\n\tx/y/cmd/z\n)\n\ntool x/y/cmd/w\n')
+    assert parsed == {'module': 'a/b', 'require': {'x/y': 'v1.0.0'}, 'replace': {}, 'tool': ['x/y/cmd/z', 'x/y/cmd/w']}
+
+
+def test_kubernetes_programs_are_stamped_with_the_release():
+    flags = gobuild.COMPONENTS['kubernetes']['ldflags']('v1.37.2')
+    assert '-X k8s.io/component-base/version.gitVersion=v1.37.2' in flags
+    assert '-X k8s.io/component-base/version.gitMinor=37' in flags
+    assert '-X k8s.io/client-go/pkg/version.gitMajor=1' in flags
+
+
+@pytest.mark.parametrize('name', sorted(gobuild.COMPONENTS))
+def test_each_component_pins_its_module_and_names_programs(name):
+    spec, _folder, gomod, version = gobuild.component(name)
+    assert version.startswith('v')
+    assert gomod['tool'], 'no programs listed in lab/go/%s/go.mod' % name
+    assert all(tool.startswith(spec['module']) for tool in gomod['tool'])
+
+
+def test_unknown_component_is_refused():
+    with pytest.raises(gobuild.GoModError, match='unknown component'):
+        gobuild.component('kube-everything')
