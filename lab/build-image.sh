@@ -16,9 +16,10 @@ set -euo pipefail
 # shellcheck source=lab/podman-env.sh
 . "$(dirname "$0")/podman-env.sh"
 
-NODE_PACKAGES="systemd,systemd-sysv,dbus,containerd,runc,python3,iproute2,sudo,ca-certificates,procps"
+# containernetworking-plugins, iptables, conntrack: pod networks (CNI bridge) and kube-proxy for the real kubelet
+NODE_PACKAGES="systemd,systemd-sysv,dbus,containerd,runc,python3,iproute2,sudo,ca-certificates,procps,containernetworking-plugins,iptables,conntrack"
 # Bump to force a new rootfs when the customisation below changes.
-NODE_RECIPE=1
+NODE_RECIPE=2
 # Bump to force a new GPU layer when gpu_node_image changes.
 GPU_RECIPE=1
 PAUSE_REF="localhost/gpuready-lab/pause:1"
@@ -60,6 +61,9 @@ node_image() {
         ln -sf /dev/null "$tmpdir/etc/systemd/system/sys-kernel-config.mount"
         ln -sf /dev/null "$tmpdir/etc/systemd/system/sys-kernel-debug.mount"
         ln -sf /dev/null "$tmpdir/etc/systemd/system/sys-kernel-tracing.mount"
+        # containerd looks for CNI plugins in /opt/cni/bin; Debian installs them in /usr/lib/cni
+        mkdir -p "$tmpdir/opt/cni"
+        ln -sfn /usr/lib/cni "$tmpdir/opt/cni/bin"
         t0="$(lab_now)"
         tar -C "$tmpdir" --numeric-owner -cf "$tarball.tmp" .
         mv "$tarball.tmp" "$tarball"

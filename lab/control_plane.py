@@ -16,14 +16,16 @@ to it.
 The network namespace: the API server must advertise an address that is not loopback (the
 `kubernetes` Service's endpoint, which pods will reach), and the lab must not add addresses,
 bridges or iptables rules to the test machine's own network. So each control plane gets a
-namespace `gpuready-cp<N>` joined to the test machine by a veth pair on 10.213.N.0/24: the
-machine's end is .1, the namespace's (where the API server listens) .2. Traffic to it never
-leaves the machine.
+namespace `gpuready-cp<N>` holding a bridge, the lab's segment 10.213.N.0/24: this machine is
+joined to it by a veth pair as .1, the API server listens on the bridge as .2, and each node gets
+a namespace of its own on it as .10, .11, ... (`attach_node`). Traffic to it never leaves the
+machine.
 
 State (pids, ports, credentials) lives under RUN_DIR, so `down` works from another process.
 """
 
 import argparse
+import base64
 import datetime
 import importlib.util
 import json
@@ -89,22 +91,24 @@ def _ip(*args, check=True):
 
 
 def create_network():
-    """A new network namespace with a veth pair to this machine; returns (name, machine_ip, lab_ip).
-    Creating the host end of the pair is what claims an index, so concurrent labs cannot collide."""
+    """A new network namespace holding the lab's segment, a bridge, with a veth pair to this
+    machine; returns (name, machine_ip, lab_ip). Creating the machine's end of the pair is what
+    claims an index, so concurrent labs cannot collide."""
     for index in range(256):
         name = "%s%d" % (NETWORK_PREFIX, index)
-        if _ip("link", "add", name, "type", "veth", "peer", "name", "lab0", check=False).returncode != 0:
+        if _ip("link", "add", name, "type", "veth", "peer", "name", "uplink", check=False).returncode != 0:
             continue
         machine_ip, lab_ip = NETWORK_SUBNET % (index, 1), NETWORK_SUBNET % (index, 2)
         try:
             _ip("netns", "add", name)
-            _ip("link", "set", "lab0", "netns", name)
+            _ip("-n", name, "link", "set", "lo", "up")
+            _ip("-n", name, "link", "add", "br0", "type", "bridge")
+            _ip("-n", name, "addr", "add", lab_ip + "/24", "dev", "br0")
+            _ip("-n", name, "link", "set", "br0", "up")
+            _ip("link", "set", "uplink", "netns", name)
+            _ip("-n", name, "link", "set", "uplink", "master", "br0", "up")
             _ip("addr", "add", machine_ip + "/24", "dev", name)
             _ip("link", "set", name, "up")
-            _ip("-n", name, "addr", "add", lab_ip + "/24", "dev", "lab0")
-            _ip("-n", name, "link", "set", "lab0", "up")
-            _ip("-n", name, "link", "set", "lo", "up")
-            _ip("-n", name, "route", "add", "default", "via", machine_ip)
         except ControlPlaneError:
             delete_network(name)
             raise
@@ -112,8 +116,28 @@ def create_network():
     raise ControlPlaneError("no free %sN network (0-255 taken)" % NETWORK_PREFIX)
 
 
+def attach_node(network, node_index):
+    """A network namespace for one node, on the lab's segment as 10.213.N.(10 + node_index); returns
+    (namespace name, node ip). The node's containerd gives its pods their own namespaces (CNI)."""
+    lab_ns = network["name"]
+    name = "%s-n%d" % (lab_ns, node_index)
+    node_ip = ".".join(network["lab_ip"].split(".")[:3] + [str(10 + node_index)])
+    port = "n%d" % node_index
+    _ip("netns", "add", name)
+    _ip("-n", lab_ns, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", name)
+    _ip("-n", lab_ns, "link", "set", port, "master", "br0", "up")
+    _ip("-n", name, "link", "set", "lo", "up")
+    _ip("-n", name, "addr", "add", node_ip + "/24", "dev", "eth0")
+    _ip("-n", name, "link", "set", "eth0", "up")
+    _ip("-n", name, "route", "add", "default", "via", network["lab_ip"])
+    return name, node_ip
+
+
 def delete_network(name):
-    """Removes the namespace (its end of the pair goes with it, and so the other end)."""
+    """Removes the lab's namespace and its nodes' (their ends of each pair go with them)."""
+    for netns in os.listdir("/run/netns") if os.path.isdir("/run/netns") else ():
+        if netns.startswith(name + "-n"):
+            _ip("netns", "del", netns, check=False)
     _ip("netns", "del", name, check=False)
     _ip("link", "del", name, check=False)
 
@@ -131,11 +155,21 @@ def binary(program):
     raise ControlPlaneError("lab/go builds no program named %s" % program)
 
 
-def kubeconfig(server, ca_file, cert_file, key_file, user):
+def kubeconfig(server, ca_file, cert_file, key_file, user, embed=False):
+    """A kubeconfig naming the files, or with `embed` carrying their content (for a node)."""
+    if embed:
+        def data(path):
+            with open(path, "rb") as handle:
+                return base64.b64encode(handle.read()).decode()
+        cluster = {"server": server, "certificate-authority-data": data(ca_file)}
+        credentials = {"client-certificate-data": data(cert_file), "client-key-data": data(key_file)}
+    else:
+        cluster = {"server": server, "certificate-authority": ca_file}
+        credentials = {"client-certificate": cert_file, "client-key": key_file}
     return {
         "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "lab", "cluster": {"server": server, "certificate-authority": ca_file}}],
-        "users": [{"name": user, "user": {"client-certificate": cert_file, "client-key": key_file}}],
+        "clusters": [{"name": "lab", "cluster": cluster}],
+        "users": [{"name": user, "user": credentials}],
         "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": user}}],
         "current-context": "lab",
     }
@@ -195,13 +229,14 @@ class ControlPlane:
     def _pair(self, name):
         return os.path.join(self.pki_dir, name + ".crt"), os.path.join(self.pki_dir, name + ".key")
 
-    def issue_kubeconfig(self, identity, user, groups=()):
+    def issue_kubeconfig(self, identity, user, groups=(), embed=False):
         """A client certificate for `user` in `groups` and a kubeconfig using it; returns its path."""
         cert, key = self._pair("client-" + identity)
         self.ca.issue(cert, key, common_name=user, organizations=list(groups))
         path = self.kubeconfig_path(identity)
         with open(path, "w") as handle:
-            json.dump(kubeconfig(self.server, self.ca.cert_path, cert, key, user), handle, indent=1)
+            json.dump(kubeconfig(self.server, self.ca.cert_path, cert, key, user, embed), handle, indent=1)
+        os.chmod(path, 0o600)
         return path
 
     # -- processes ---------------------------------------------------------------------------
@@ -280,6 +315,7 @@ class ControlPlane:
             "--client-ca-file=%s" % self.ca.cert_path,
             "--kubelet-client-certificate=%s" % p("apiserver-kubelet-client")[0],
             "--kubelet-client-key=%s" % p("apiserver-kubelet-client")[1],
+            "--kubelet-preferred-address-types=InternalIP",  # node names resolve nowhere
             "--authorization-mode=Node,RBAC",
             "--enable-admission-plugins=NodeRestriction",
             "--allow-privileged=true",

@@ -5,6 +5,9 @@
     python lab/lab.py up [--nodes gpu-p4,gpu-h100]   build/use the cached images, start the nodes,
                                                      the API emulator, write inventory + kubeconfig
                                                      (gpu-p4-v3, on containerd 2.x, only when named)
+    ... --kubernetes real                            the real control plane (lab/control_plane.py) and
+                                                     the real kubelet in each node instead (in progress,
+                                                     lab/README.md "The real cluster")
     python lab/lab.py down                           remove everything, check that nothing is left
     python lab/lab.py env                            print the exports for Ansible and kubectl
     ... --prefix P --run-dir D                       a second lab beside the first (Molecule scenarios)
@@ -71,6 +74,8 @@ CONTROLLERS = os.path.join(LAB_DIR, "control", "controllers.py")
 # server can run controllers of their own.
 LAB_NODE_LABEL = "gpuready.lab/node"
 FOREIGN_NAMESPACE_LABEL = "gpuready.lab/foreign-controllers"
+# The pod network of a node on the real control plane: its podCIDR (node IPAM), as kind's kindnetd writes it.
+CNI_CONFIG = "/etc/cni/net.d/10-lab.conflist"
 
 
 def _load(name, path):
@@ -78,6 +83,9 @@ def _load(name, path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+control_plane = _load("lab_control_plane", os.path.join(LAB_DIR, "control_plane.py"))
 
 
 def log(message):
@@ -94,7 +102,7 @@ class Lab:
     k8s_emulator.client.Emulator) the nodes are registered there; without, the lab starts its own
     emulator in the background (pid file .cache/lab/run/k8s-api.pid)."""
 
-    def __init__(self, cache=None, emulator=None, nodes=None, prefix=PREFIX, run_dir=None):
+    def __init__(self, cache=None, emulator=None, nodes=None, prefix=PREFIX, run_dir=None, kubernetes="emulated"):
         self.cache = os.path.abspath(cache or os.environ.get("LAB_CACHE") or os.path.join(ROOT, ".cache", "lab"))
         self.prefix = prefix
         self.run_dir = run_dir or os.path.join(self.cache, "run")
@@ -104,6 +112,10 @@ class Lab:
         unknown = [name for name in self.names if name not in NODES]
         if unknown:
             raise LabError("unknown node(s) %s; known: %s" % (", ".join(unknown), ", ".join(NODES)))
+        if kubernetes not in ("emulated", "real"):
+            raise LabError("kubernetes: emulated or real, not %s" % kubernetes)
+        self.kubernetes = kubernetes
+        self.control_plane = None
         self.timings = {}
         self.env = dict(os.environ, LAB_CACHE=self.cache,
                         CONTAINERS_CONF=os.path.join(self.cache, "etc", "containers.conf"),
@@ -162,36 +174,47 @@ class Lab:
         self._remove_nodes()
         self._stop_controllers({})  # of an interrupted run
         os.makedirs(self.run_dir, exist_ok=True)
-        state = {"nodes": {}, "own_emulator": self.emulator is None}
-        if self.emulator is None:
+        state = {"nodes": {}, "own_emulator": self.emulator is None and self.kubernetes == "emulated",
+                 "kubernetes": self.kubernetes}
+        if self.kubernetes == "real":
+            try:
+                self.control_plane = control_plane.ControlPlane(os.path.join(self.run_dir, "control-plane")).up()
+            except control_plane.ControlPlaneError as err:
+                raise LabError(str(err))
+            state["control_plane"] = self.control_plane.run_dir
+        elif self.emulator is None:
             client = _load("lab_k8s_emulator_client", os.path.join(TESTS, "k8s_emulator", "client.py"))
             self.emulator = client.Emulator.start(os.path.join(self.run_dir, "k8s-api"), python=sys.executable)
             with open(os.path.join(self.run_dir, "k8s-api.pid"), "w") as handle:
                 handle.write("%d\n" % self.emulator.process.pid)
             state["emulator_pid"] = self.emulator.process.pid
-        self._grant()
-        state["controllers_pid"] = self._start_controllers()
+        if self.kubernetes == "emulated":
+            self._grant()
+            state["controllers_pid"] = self._start_controllers()
         harness = _load("lab_fake_nvml_harness", os.path.join(TESTS, "fake_nvml", "harness.py"))
         with open(GFD_CASES) as handle:
             cases = dict((case["name"], case) for case in json.load(handle))
         t0 = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="gpuready-lab-") as tmp:
-            for name in self.names:
-                state["nodes"][name] = self._create_node(name, cases[NODES[name]["case"]], harness, tmp)
+            for index, name in enumerate(self.names):
+                state["nodes"][name] = self._create_node(name, cases[NODES[name]["case"]], harness, tmp, index)
         for name in self.names:
             self._wait_node(name)
         self.timings["nodes_s"] = round(time.monotonic() - t0, 1)
         state["kubeconfig"] = os.path.join(self.run_dir, "kubeconfig")
-        shutil.copyfile(self.emulator.kubeconfig(), state["kubeconfig"])
+        if self.kubernetes == "real":
+            shutil.copyfile(self.control_plane.kubeconfig_path("admin"), state["kubeconfig"])
+        else:
+            shutil.copyfile(self.emulator.kubeconfig(), state["kubeconfig"])
+            state["emulator_url"] = self.emulator.url
         state["inventory"] = self._write_inventory()
-        state["emulator_url"] = self.emulator.url
         with open(self.state_path, "w") as handle:
             json.dump(state, handle, indent=1)
         self.timings["up_s"] = round(time.monotonic() - t_start, 1)
         log("up: %s" % self.timings)
         return state
 
-    def _node_tree(self, name, case, harness, tmp):
+    def _node_tree(self, name, case, harness, tmp, node_ip=None):
         """What a driver install puts on this node: inventory, sysfs, device nodes (tmpfiles)."""
         fake = harness.node_from_case(case, os.path.join(tmp, name + "-fake"))
         tree = os.path.join(tmp, name)
@@ -219,14 +242,22 @@ class Lab:
         lines += ["c! /dev/nvidia%d 0666 root root - %d:%d" % (i, NVIDIA_MAJOR, i) for i in range(count)]
         with open(os.path.join(tree, "etc", "tmpfiles.d", "nvidia-fake-devices.conf"), "w") as handle:
             handle.write("\n".join(lines) + "\n")
-        self._kubelet_files(name, tree)
+        if self.kubernetes == "real":
+            self._real_kubelet_files(name, tree, node_ip)
+        else:
+            self._kubelet_files(name, tree)
         return tree, count
 
-    def _create_node(self, name, case, harness, tmp):
+    def _create_node(self, name, case, harness, tmp, index):
         container = self.container(name)
         series = NODES[name].get("containerd", "1.6")
-        tree, count = self._node_tree(name, case, harness, tmp)
-        mounts = []
+        network, node_ip, mounts = ["--network", "host"], None, []
+        if self.kubernetes == "real":
+            # A network namespace of its own on the control plane's segment, as a machine has.
+            netns, node_ip = control_plane.attach_node(self.control_plane.state["network"], index)
+            network = ["--network", "ns:/run/netns/" + netns]
+            mounts += ["-v", "%s:/usr/bin/kubelet:ro" % self._go_binary("kubelet")]
+        tree, count = self._node_tree(name, case, harness, tmp, node_ip)
         if series == "2":
             # Bind mounts, not an image layer: nothing to build or cache (80 MB of binaries), and the
             # node runs exactly the binaries the tests' GPUREADY_CONTAINERD_2 names.
@@ -237,14 +268,15 @@ class Lab:
             shutil.copyfile(CONTAINERD_SEEDS[series], os.path.join(tree, "etc", "containerd", "config.toml"))
         self.podman("volume", "create", container + "-containerd")
         create = ["create", "--name", container, "--hostname", name, "--privileged",
-                  "--systemd=always", "--cgroupns=private", "--network", "host",
+                  "--systemd=always", "--cgroupns=private"] + network + [
                   "--label", "gpuready.lab=1", "-v", container + "-containerd:/var/lib/containerd",
                   "-v", os.path.join(self.cache, "artifacts") + ":/opt/lab:ro"]
         cid = self.podman(*(create + mounts + [GPU_IMAGE, "/usr/local/sbin/lab-init"])).strip()
         self.podman("cp", tree + "/.", container + ":/")
         self.podman("start", container)
         log("node %s: container %s (%s), %d fake GPUs, containerd %s" % (name, container, cid[:12], count, series))
-        return {"container": container, "id": cid, "gpus": count, "case": case["name"], "containerd": series}
+        return {"container": container, "id": cid, "gpus": count, "case": case["name"], "containerd": series,
+                "ip": node_ip}
 
     def _wait_node(self, name):
         container = self.container(name)
@@ -258,7 +290,7 @@ class Lab:
             return re.search(r"io\.containerd\.grpc\.v1 +cri +.* ok", out) is not None
 
         def node_ready():
-            node = self.emulator.get("v1", "Node", name) if self.emulator.exists("v1", "Node", name) else None
+            node = self._get_node(name)
             ready = [c for c in ((node or {}).get("status") or {}).get("conditions", []) if c["type"] == "Ready"]
             return bool(ready) and ready[0]["status"] == "True"
 
@@ -266,7 +298,36 @@ class Lab:
         self._wait("containerd's CRI plugin in %s" % name, cri_ok)
         for archive in IMAGE_ARCHIVES:
             self.node_exec(container, "ctr", "-n", "k8s.io", "images", "import", "/opt/lab/" + archive)
+        if self.kubernetes == "real":
+            self._wait("the kubelet of %s to register its Node and node IPAM to give it a podCIDR" % name,
+                       lambda: ((self._get_node(name) or {}).get("spec") or {}).get("podCIDR"))
+            self._write_cni_config(name, self._get_node(name)["spec"]["podCIDR"])
         self._wait("the kubelet of %s to register a Ready Node" % name, node_ready)
+
+    def _get_node(self, name):
+        """The Node as the API server has it, or None."""
+        if self.kubernetes == "emulated":
+            return self.emulator.get("v1", "Node", name) if self.emulator.exists("v1", "Node", name) else None
+        proc = subprocess.run([self._go_binary("kubectl"), "--kubeconfig", self.control_plane.kubeconfig_path("admin"),
+                               "get", "node", name, "-o", "json", "--ignore-not-found"],
+                              capture_output=True, text=True, check=False)
+        return json.loads(proc.stdout) if proc.returncode == 0 and proc.stdout.strip() else None
+
+    def _write_cni_config(self, name, pod_cidr):
+        """The node's pod network: a bridge on its podCIDR, masquerading to the lab segment."""
+        config = {"cniVersion": "1.0.0", "name": "lab", "plugins": [
+            {"type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": True, "hairpinMode": True,
+             "ipam": {"type": "host-local", "ranges": [[{"subnet": pod_cidr}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+            {"type": "portmap", "capabilities": {"portMappings": True}}]}
+        self.node_exec(self.container(name), "mkdir", "-p", os.path.dirname(CNI_CONFIG))
+        self.podman("exec", "-i", self.container(name), "sh", "-c", "cat > %s" % CNI_CONFIG, stdin=json.dumps(config))
+
+    @staticmethod
+    def _go_binary(program):
+        try:
+            return control_plane.binary(program)
+        except control_plane.ControlPlaneError as err:
+            raise LabError(str(err))
 
     def _grant(self):
         """RBAC for the lab's kubelets (group system:nodes) and controllers (cluster-admin)."""
@@ -321,6 +382,23 @@ class Lab:
             # Host network: every node's kubelet shares the machine's ports, so each gets a free one.
             handle.write("KUBELET_NODE_NAME=%s\nKUBELET_PORT=%d\nKUBELET_NODE_LABELS=%s=true\n"
                          % (name, _free_port(), LAB_NODE_LABEL))
+
+    def _real_kubelet_files(self, name, tree, node_ip):
+        """What kubeadm join leaves on a node: kubelet.conf (a certificate for system:node:NAME), the
+        cluster CA, the kubelet's unit and its flags."""
+        kubeconfig = self.control_plane.issue_kubeconfig("node-" + name, "system:node:" + name,
+                                                         ["system:nodes"], embed=True)
+        os.makedirs(os.path.join(tree, "etc", "kubernetes", "pki"))
+        os.makedirs(os.path.join(tree, "etc", "default"), exist_ok=True)
+        os.makedirs(os.path.join(tree, "etc", "systemd", "system"), exist_ok=True)
+        shutil.copyfile(kubeconfig, os.path.join(tree, "etc", "kubernetes", "kubelet.conf"))
+        os.chmod(os.path.join(tree, "etc", "kubernetes", "kubelet.conf"), 0o600)
+        shutil.copyfile(self.control_plane.ca.cert_path, os.path.join(tree, "etc", "kubernetes", "pki", "ca.crt"))
+        shutil.copyfile(os.path.join(LAB_DIR, "node", "kubelet-real.service"),
+                        os.path.join(tree, "etc", "systemd", "system", "kubelet.service"))
+        with open(os.path.join(tree, "etc", "default", "kubelet"), "w") as handle:
+            handle.write("KUBELET_NODE_NAME=%s\nKUBELET_NODE_IP=%s\nKUBELET_NODE_LABELS=%s=true\n"
+                         % (name, node_ip, LAB_NODE_LABEL))
 
     def _write_inventory(self):
         path = os.path.join(self.run_dir, "inventory.yml")
@@ -402,7 +480,11 @@ class Lab:
             removed = []
         else:
             removed = self._remove_nodes()
-        if self.emulator is not None:
+        if state.get("control_plane"):
+            left_running = control_plane.ControlPlane(state["control_plane"]).down()
+        else:
+            left_running = []
+        if self.emulator is not None and state.get("kubernetes", "emulated") == "emulated":
             # After the nodes are gone, so that no kubelet registers its Node again.
             for name in state.get("nodes", self.names):
                 if self.emulator.exists("v1", "Node", name):
@@ -422,7 +504,7 @@ class Lab:
         problems = []
         deadline = time.monotonic() + wait_s
         while True:
-            problems = []
+            problems = ["control plane: %s still running" % what for what in left_running]
             if removed or os.path.exists(os.path.join(self.cache, "etc", "containers.conf")):
                 problems += ["container %s left" % " ".join(c) for c in self._lab_containers()]
                 problems += ["volume %s left" % v for v in self._lab_volumes()]
@@ -531,9 +613,12 @@ def main():
     parser.add_argument("--prefix", default=PREFIX,
                         help="container name prefix (default %s); labs with other prefixes run beside it" % PREFIX)
     parser.add_argument("--run-dir", help="run state folder (default .cache/lab/run); one per prefix")
+    parser.add_argument("--kubernetes", choices=("emulated", "real"), default="emulated",
+                        help="the API emulator and simulated kubelets (default), or the real control plane and kubelet")
     args = parser.parse_args()
     try:
-        lab = Lab(nodes=[n for n in args.nodes.split(",") if n], prefix=args.prefix, run_dir=args.run_dir)
+        lab = Lab(nodes=[n for n in args.nodes.split(",") if n], prefix=args.prefix, run_dir=args.run_dir,
+                  kubernetes=args.kubernetes)
     except LabError as err:
         log(str(err))
         return 1
