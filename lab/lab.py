@@ -256,7 +256,8 @@ class Lab:
             # A network namespace of its own on the control plane's segment, as a machine has.
             netns, node_ip = control_plane.attach_node(self.control_plane.state["network"], index)
             network = ["--network", "ns:/run/netns/" + netns]
-            mounts += ["-v", "%s:/usr/bin/kubelet:ro" % self._go_binary("kubelet")]
+            for program in ("kubelet", "kube-proxy"):
+                mounts += ["-v", "%s:/usr/bin/%s:ro" % (self._go_binary(program), program)]
         tree, count = self._node_tree(name, case, harness, tmp, node_ip)
         if series == "2":
             # Bind mounts, not an image layer: nothing to build or cache (80 MB of binaries), and the
@@ -385,17 +386,24 @@ class Lab:
 
     def _real_kubelet_files(self, name, tree, node_ip):
         """What kubeadm join leaves on a node: kubelet.conf (a certificate for system:node:NAME), the
-        cluster CA, the kubelet's unit and its flags."""
+        cluster CA, the kubelet's unit and its flags; and kube-proxy with its own identity."""
         kubeconfig = self.control_plane.issue_kubeconfig("node-" + name, "system:node:" + name,
                                                          ["system:nodes"], embed=True)
-        os.makedirs(os.path.join(tree, "etc", "kubernetes", "pki"))
-        os.makedirs(os.path.join(tree, "etc", "default"), exist_ok=True)
-        os.makedirs(os.path.join(tree, "etc", "systemd", "system"), exist_ok=True)
-        shutil.copyfile(kubeconfig, os.path.join(tree, "etc", "kubernetes", "kubelet.conf"))
-        os.chmod(os.path.join(tree, "etc", "kubernetes", "kubelet.conf"), 0o600)
-        shutil.copyfile(self.control_plane.ca.cert_path, os.path.join(tree, "etc", "kubernetes", "pki", "ca.crt"))
-        shutil.copyfile(os.path.join(LAB_DIR, "node", "kubelet-real.service"),
-                        os.path.join(tree, "etc", "systemd", "system", "kubelet.service"))
+        proxy_kubeconfig = self.control_plane.issue_kubeconfig("kube-proxy-" + name, "system:kube-proxy", embed=True)
+        for folder in ("etc/kubernetes/pki", "etc/default", "etc/systemd/system/multi-user.target.wants",
+                       "var/lib/kube-proxy"):
+            os.makedirs(os.path.join(tree, folder), exist_ok=True)
+        for source, dest, mode in (
+                (kubeconfig, "etc/kubernetes/kubelet.conf", 0o600),
+                (self.control_plane.ca.cert_path, "etc/kubernetes/pki/ca.crt", 0o644),
+                (os.path.join(LAB_DIR, "node", "kubelet-real.service"), "etc/systemd/system/kubelet.service", 0o644),
+                (proxy_kubeconfig, "var/lib/kube-proxy/kubeconfig.conf", 0o600),
+                (os.path.join(LAB_DIR, "node", "kube-proxy-config.yaml"), "var/lib/kube-proxy/config.conf", 0o644),
+                (os.path.join(LAB_DIR, "node", "kube-proxy.service"), "etc/systemd/system/kube-proxy.service", 0o644)):
+            shutil.copyfile(source, os.path.join(tree, dest))
+            os.chmod(os.path.join(tree, dest), mode)
+        os.symlink("/etc/systemd/system/kube-proxy.service",
+                   os.path.join(tree, "etc/systemd/system/multi-user.target.wants/kube-proxy.service"))
         with open(os.path.join(tree, "etc", "default", "kubelet"), "w") as handle:
             handle.write("KUBELET_NODE_NAME=%s\nKUBELET_NODE_IP=%s\nKUBELET_NODE_LABELS=%s=true\n"
                          % (name, node_ip, LAB_NODE_LABEL))

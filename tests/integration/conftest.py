@@ -217,3 +217,23 @@ def control_plane(tmp_path_factory):
         left = plane.down()
         if left:
             raise AssertionError('control plane down left: %s' % ', '.join(left))
+
+
+@pytest.fixture(scope='session')
+def real_lab(lab_module, tmp_path_factory):
+    """A lab on the real control plane (``Lab(kubernetes='real')``): node gpu-p4 with the real kubelet and
+    kube-proxy, beside the run's other labs (own prefix, run dir and network namespaces)."""
+    try:
+        for program in lab_module.control_plane.PROCESSES + ('kubelet', 'kube-proxy', 'kubectl'):
+            lab_module.control_plane.binary(program)
+    except lab_module.control_plane.ControlPlaneError as err:
+        require.missing(str(err))
+    instance = lab_module.Lab(nodes=['gpu-p4'], prefix='gpuready-real-', kubernetes='real',
+                              run_dir=str(tmp_path_factory.mktemp('real-lab')))
+    try:
+        instance.state = instance.up()
+        yield instance
+    finally:
+        problems = instance.down()
+        if problems:
+            raise AssertionError('real lab down left: %s' % '; '.join(problems))
