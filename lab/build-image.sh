@@ -294,10 +294,42 @@ control_plane() {
         "$LAB_ARTIFACTS/control/"
 }
 
+# ---------------------------------------------------------------- the real NVIDIA image
+# nvidia-device-plugin, gpu-feature-discovery, mps-control-daemon and config-manager as built by
+# make go-build (lab/go/device-plugin), in one image named as upstream names it, at the version
+# lab/go pins; with the glibc they link and nothing else (NVML comes from the nvidia runtime).
+nvidia_image() {
+    local tree="$LAB_CACHE/trees/nvidia" archive="$LAB_ARTIFACTS/nvidia-device-plugin.oci.tar" program path
+    local version key t0
+    version="$("$LAB_PYTHON" "$LAB_DIR/go/gobuild.py" version device-plugin)" ||
+        lab_die "lab/go/gobuild.py version device-plugin failed"
+    key="$version $(cat "$LAB_DIR/oci_image.py" "$0" | sha256sum | cut -c1-12)"
+    if [ -s "$archive" ] && [ "$(cat "$archive.key" 2>/dev/null)" = "$key" ]; then
+        lab_log "NVIDIA image: cached ($key)"
+        return 0
+    fi
+    t0="$(lab_now)"
+    rm -rf "$tree" && mkdir -p "$tree/usr/bin" "$tree/lib/x86_64-linux-gnu" "$tree/lib64" "$tree/etc" "$tree/tmp"
+    chmod 1777 "$tree/tmp"
+    for program in nvidia-device-plugin gpu-feature-discovery mps-control-daemon config-manager; do
+        path="$("$LAB_PYTHON" "$LAB_DIR/go/gobuild.py" path "$program")" || lab_die "$program is not built: run make go-build"
+        install -m 0755 "$path" "$tree/usr/bin/$program"
+    done
+    cp -L /lib/x86_64-linux-gnu/libc.so.6 /lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 "$tree/lib/x86_64-linux-gnu/"
+    ln -s ../lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 "$tree/lib64/ld-linux-x86-64.so.2"
+    printf 'root:x:0:0:root:/root:/bin/false\n' >"$tree/etc/passwd"
+    # the upstream image's environment: the nvidia runtime gives it every GPU and the driver's utilities
+    python3 "$LAB_DIR/oci_image.py" "$tree" "$archive" "nvcr.io/nvidia/k8s-device-plugin:$version" \
+        --entrypoint nvidia-device-plugin --env NVIDIA_VISIBLE_DEVICES=all --env NVIDIA_DRIVER_CAPABILITIES=utility
+    printf '%s\n' "$key" >"$archive.key"
+    lab_log "NVIDIA image: nvcr.io/nvidia/k8s-device-plugin:$version $(du -h "$archive" | cut -f1) ($(lab_since "$t0") s)"
+}
+
 node_image
 oci_images
 cri_client
 plugin_image
+nvidia_image
 control_plane
 gpu_node_image
 lab_log "build-image: done in $(lab_since "$T_START") s"

@@ -30,6 +30,7 @@ import datetime
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import ssl
 import subprocess
@@ -295,6 +296,8 @@ class ControlPlane:
     def _up(self, timeout):
         started = time.monotonic()
         self.state = {"pids": {}, "started": datetime.datetime.now(datetime.timezone.utc).isoformat()}
+        # A new cluster each time: nothing of an earlier run's etcd survives.
+        shutil.rmtree(os.path.join(self.run_dir, "etcd"), ignore_errors=True)
         name, machine_ip, lab_ip = create_network()
         self.state["network"] = {"name": name, "machine_ip": machine_ip, "lab_ip": lab_ip}
         self._save()

@@ -58,6 +58,8 @@ FAKE_SYSFS_ROOT = "/var/lib/nvidia-fake/sys"
 FAKE_DMI_PRODUCT_FILE = "/var/lib/nvidia-fake/product_name"
 CRI = ["env", "PYTHONPATH=/opt/lab/pylib", "python3", "/opt/lab/cri.py"]
 IMAGE_ARCHIVES = ("pause.oci.tar", "workload.oci.tar", "device-plugin.oci.tar")
+# On the real control plane: the real device plugin, GFD, MPS daemon and config manager (lab/go)
+REAL_IMAGE_ARCHIVES = ("pause.oci.tar", "workload.oci.tar", "nvidia-device-plugin.oci.tar")
 # What the lab's kubelets may do (kubelet.py), granted to the group of every node identity.
 NODE_RULES = [
     {"apiGroups": [""], "resources": ["nodes", "nodes/status"], "verbs": ["get", "list", "watch", "create", "patch", "update"]},
@@ -297,7 +299,7 @@ class Lab:
 
         self._wait("%s to boot" % name, booted)
         self._wait("containerd's CRI plugin in %s" % name, cri_ok)
-        for archive in IMAGE_ARCHIVES:
+        for archive in REAL_IMAGE_ARCHIVES if self.kubernetes == "real" else IMAGE_ARCHIVES:
             self.node_exec(container, "ctr", "-n", "k8s.io", "images", "import", "/opt/lab/" + archive)
         if self.kubernetes == "real":
             self._wait("the kubelet of %s to register its Node and node IPAM to give it a podCIDR" % name,

@@ -10,6 +10,7 @@ runs from it. Nothing else pins a version: the binary's version is the `require`
     gobuild.py generate COMPONENT     rewrite the component's go.mod from its pin (then go mod tidy)
     gobuild.py check                  each go.mod's replace block equals what its upstream go.mod implies
     gobuild.py path PROGRAM           print the cached binary's path (exit 1 if not built)
+    gobuild.py version COMPONENT      print the pinned version of the component's upstream module
 
 The cache folder is $GPUREADY_GO_BIN_DIR (tools/test-env.sh sets it), else .cache/bin here.
 
@@ -238,6 +239,7 @@ def main(argv=None):
     sub.add_parser("generate").add_argument("component")
     sub.add_parser("check")
     sub.add_parser("path").add_argument("program")
+    sub.add_parser("version").add_argument("component")
     args = parser.parse_args(argv)
     try:
         if args.command == "build":
@@ -253,6 +255,8 @@ def main(argv=None):
             for problem in problems:
                 print(problem, file=sys.stderr)
             return 1 if problems else 0
+        elif args.command == "version":
+            print(component(args.component)[3])
         elif args.command == "path":
             for name in COMPONENTS:
                 _, _, gomod, _ = component(name)

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef int nvmlReturn_t;
 #define NVML_SUCCESS 0
@@ -23,6 +24,7 @@ typedef int nvmlReturn_t;
 #define NVML_ERROR_NOT_FOUND 6
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
 #define NVML_ERROR_DRIVER_NOT_LOADED 9
+#define NVML_ERROR_TIMEOUT 10
 #define NVML_ERROR_ARGUMENT_VERSION_MISMATCH 25
 #define NVML_ERROR_UNKNOWN 999
 
@@ -242,6 +244,7 @@ typedef struct nvmlDevice_st {
     char bus_id[32];
     unsigned int pci_device_id;
     unsigned int minor;
+    unsigned int numa_node;
     unsigned long long memory;
     int cc_major, cc_minor;
     int has_mig_mode;
@@ -270,6 +273,8 @@ static unsigned int device_count;
 static char driver_version[STR];
 static char nvml_version[STR];
 static int cuda_version;
+/* How many nvmlInit calls no nvmlShutdown has matched yet: NVML keeps this reference count and shuts
+ * down only when it drops to zero (the device plugin initialises in nested scopes). */
 static int initialized;
 
 static int parse_uuid(const char *text, unsigned char out[16])
@@ -327,6 +332,7 @@ static int load_device(unsigned int index, const struct json *cfg)
     str_of(cfg, "pci_bus_id", d->bus_id, sizeof d->bus_id);
     d->pci_device_id = (unsigned int)num_of(cfg, "pci_device_id", 0x1bb310de);
     d->minor = (unsigned int)num_of(cfg, "minor_number", index);
+    d->numa_node = (unsigned int)num_of(cfg, "numa_node", 0);
     d->memory = (unsigned long long)num_of(cfg, "memory_total", 0);
     if (cc && cc->type == J_ARR && cc->child && cc->child->next) {
         d->cc_major = (int)cc->child->num;
@@ -473,8 +479,12 @@ nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
 {
     nvmlReturn_t rc;
     (void)flags;
+    if (initialized) {
+        initialized++;
+        return NVML_SUCCESS;
+    }
     rc = load_config();
-    initialized = (rc == NVML_SUCCESS);
+    if (rc == NVML_SUCCESS) initialized = 1;
     return rc;
 }
 
@@ -483,7 +493,7 @@ nvmlReturn_t nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
 nvmlReturn_t nvmlShutdown(void)
 {
     if (!initialized) return NVML_ERROR_UNINITIALIZED;
-    initialized = 0;
+    initialized--;
     return NVML_SUCCESS;
 }
 
@@ -497,6 +507,7 @@ const char *nvmlErrorString(nvmlReturn_t result)
     case NVML_ERROR_NOT_FOUND: return "Not Found";
     case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
     case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case NVML_ERROR_TIMEOUT: return "Timeout";
     case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument Version Mismatch";
     default: return "Unknown Error";
     }
@@ -541,6 +552,27 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *dev
     if (!device || index >= device_count) return NVML_ERROR_INVALID_ARGUMENT;
     *device = &devices[index];
     return NVML_SUCCESS;
+}
+
+/* GPUs and, on MIG-enabled GPUs, their MIG devices, as NVML looks both up by UUID. */
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
+{
+    unsigned int i, slot;
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (!uuid || !device) return NVML_ERROR_INVALID_ARGUMENT;
+    for (i = 0; i < device_count; i++) {
+        if (strcmp(devices[i].uuid, uuid) == 0) {
+            *device = &devices[i];
+            return NVML_SUCCESS;
+        }
+        for (slot = 0; slot < MAX_MIG; slot++) {
+            if (migs[i][slot].in_use && strcmp(migs[i][slot].uuid, uuid) == 0) {
+                *device = &migs[i][slot];
+                return NVML_SUCCESS;
+            }
+        }
+    }
+    return NVML_ERROR_NOT_FOUND;
 }
 
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
@@ -712,4 +744,99 @@ nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpuInstance, nvmlGpuInstan
     info->profileId = gpuInstance->gpu_instance_profile_id;
     info->placement.size = gpuInstance->attributes.gpuInstanceSliceCount;
     return NVML_SUCCESS;
+}
+
+/* ---- events: the device plugin's health check ------------------------------------------------ */
+/* A healthy GPU raises no event: every wait runs out its timeout, as it does on a real node. */
+
+#define NVML_EVENT_TYPE_SINGLE_BIT_ECC 0x1ULL
+#define NVML_EVENT_TYPE_DOUBLE_BIT_ECC 0x2ULL
+#define NVML_EVENT_TYPE_XID_CRITICAL 0x8ULL
+
+typedef struct nvmlEventSet_st {
+    unsigned long long registered[MAX_DEVICES];
+} *nvmlEventSet_t;
+
+typedef struct {
+    nvmlDevice_t device;
+    unsigned long long eventType;
+    unsigned long long eventData;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlEventData_t;
+
+nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
+{
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (!set) return NVML_ERROR_INVALID_ARGUMENT;
+    *set = calloc(1, sizeof(**set));
+    return *set ? NVML_SUCCESS : NVML_ERROR_UNKNOWN;
+}
+
+nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
+{
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (!set) return NVML_ERROR_INVALID_ARGUMENT;
+    free(set);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long *eventTypes)
+{
+    CHECK_DEVICE(device, "nvmlDeviceGetSupportedEventTypes");
+    if (!eventTypes) return NVML_ERROR_INVALID_ARGUMENT;
+    *eventTypes = NVML_EVENT_TYPE_SINGLE_BIT_ECC | NVML_EVENT_TYPE_DOUBLE_BIT_ECC | NVML_EVENT_TYPE_XID_CRITICAL;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes, nvmlEventSet_t set)
+{
+    CHECK_DEVICE(device, "nvmlDeviceRegisterEvents");
+    if (!set || device->parent) return NVML_ERROR_INVALID_ARGUMENT;
+    set->registered[device - devices] |= eventTypes;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
+{
+    struct timespec wait;
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (!set || !data) return NVML_ERROR_INVALID_ARGUMENT;
+    wait.tv_sec = timeoutms / 1000;
+    wait.tv_nsec = (long)(timeoutms % 1000) * 1000000L;
+    while (nanosleep(&wait, &wait) != 0) {
+    }
+    return NVML_ERROR_TIMEOUT;
+}
+
+/* ---- topology: what the device plugin's preferred allocation weighs -------------------------- */
+/* GPUs on one NUMA node share it (NVML_TOPOLOGY_NODE), others meet across the system
+ * (NVML_TOPOLOGY_SYSTEM). No NVLink is modelled: its calls answer NOT_SUPPORTED, as on PCIe GPUs. */
+
+#define NVML_TOPOLOGY_NODE 40
+#define NVML_TOPOLOGY_SYSTEM 50
+
+nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1, nvmlDevice_t device2, int *pathInfo)
+{
+    CHECK_DEVICE(device1, "nvmlDeviceGetTopologyCommonAncestor");
+    CHECK_DEVICE(device2, "nvmlDeviceGetTopologyCommonAncestor");
+    if (!pathInfo || device1->parent || device2->parent) return NVML_ERROR_INVALID_ARGUMENT;
+    *pathInfo = device1->numa_node == device2->numa_node ? NVML_TOPOLOGY_NODE : NVML_TOPOLOGY_SYSTEM;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, int *isActive)
+{
+    CHECK_DEVICE(device, "nvmlDeviceGetNvLinkState");
+    (void)link;
+    if (!isActive) return NVML_ERROR_INVALID_ARGUMENT;
+    return NVML_ERROR_NOT_SUPPORTED;
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link, nvmlPciInfo_t *pci)
+{
+    CHECK_DEVICE(device, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
+    (void)link;
+    if (!pci) return NVML_ERROR_INVALID_ARGUMENT;
+    return NVML_ERROR_NOT_SUPPORTED;
 }
