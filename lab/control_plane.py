@@ -85,7 +85,7 @@ def _alive(pid):
 
 
 def _ip(*args, check=True):
-    proc = subprocess.run(["ip"] + list(args), capture_output=True, text=True)
+    proc = subprocess.run(["ip"] + list(args), capture_output=True, text=True, check=False)
     if check and proc.returncode != 0:
         raise ControlPlaneError("ip %s: %s" % (" ".join(args), proc.stderr.strip()))
     return proc
@@ -145,15 +145,13 @@ def delete_network(name):
 
 def binary(program):
     """The cached build of `program` at the version lab/go pins; a clear error when not built."""
-    for name, spec in gobuild.COMPONENTS.items():
-        _, _, gomod, _ = gobuild.component(name)
-        for tool in gomod["tool"]:
-            if gobuild.program_name(spec, tool) == program:
-                path = gobuild.binary_path(name, tool)
-                if not os.access(str(path), os.X_OK):
-                    raise ControlPlaneError("%s is not built (%s): run make go-build" % (program, path))
-                return str(path)
-    raise ControlPlaneError("lab/go builds no program named %s" % program)
+    try:
+        path = gobuild.find_binary(program)
+    except gobuild.GoModError as exc:
+        raise ControlPlaneError(str(exc))
+    if not os.access(str(path), os.X_OK):
+        raise ControlPlaneError("%s is not built (%s): run make go-build" % (program, path))
+    return str(path)
 
 
 def kubeconfig(server, ca_file, cert_file, key_file, user, embed=False):
@@ -220,7 +218,7 @@ class ControlPlane:
             self.issue_kubeconfig(identity, *IDENTITIES[identity])
         # Service account tokens are signed with a key of their own; the API server verifies them
         # with its public half.
-        _, key_path = ca.issue(*self._pair("sa"), common_name="service-accounts")
+        key_path = ca.issue(*self._pair("sa"), common_name="service-accounts")[1]
         with open(key_path, "rb") as handle:
             key = serialization.load_pem_private_key(handle.read(), password=None)
         with open(os.path.join(self.pki_dir, "sa.pub"), "wb") as handle:

@@ -271,9 +271,9 @@ class Lab:
             shutil.copyfile(CONTAINERD_SEEDS[series], os.path.join(tree, "etc", "containerd", "config.toml"))
         self.podman("volume", "create", container + "-containerd")
         create = ["create", "--name", container, "--hostname", name, "--privileged",
-                  "--systemd=always", "--cgroupns=private"] + network + [
-                  "--label", "gpuready.lab=1", "-v", container + "-containerd:/var/lib/containerd",
-                  "-v", os.path.join(self.cache, "artifacts") + ":/opt/lab:ro"]
+                  "--systemd=always", "--cgroupns=private"] + network
+        create += ["--label", "gpuready.lab=1", "-v", container + "-containerd:/var/lib/containerd",
+                   "-v", os.path.join(self.cache, "artifacts") + ":/opt/lab:ro"]
         cid = self.podman(*(create + mounts + [GPU_IMAGE, "/usr/local/sbin/lab-init"])).strip()
         self.podman("cp", tree + "/.", container + ":/")
         self.podman("start", container)

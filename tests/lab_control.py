@@ -2,7 +2,8 @@
 # Copyright (c) gpuready.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The lab's programs as modules for tests: lab/control (controllers, the stand-in device plugin, GFD,
-NFD) through `load`, and a script such as lab/lab.py or lab/go/gobuild.py through `script`. In the lab's image they sit in one folder with the module_utils they import by bare
+NFD) through `load`, and a script such as lab/lab.py or lab/go/gobuild.py through `script`. In the
+lab's image they sit in one folder with the module_utils they import by bare
 name (kube, gpu_labels, nvml); SEARCH_PATH is that folder's content here, and this is the one place tests
 put it on the import path."""
 

@@ -22,6 +22,7 @@ k8s.io modules. That block is derived from the upstream go.mod, never typed.
 """
 
 import argparse
+import collections
 import json
 import os
 import re
@@ -100,7 +101,7 @@ def parse_gomod(text):
                 continue
             _add_directive(out, block, line)
             continue
-        verb, _, rest = line.partition(" ")
+        verb, rest = (line.split(" ", 1) + [""])[:2]
         rest = rest.strip()
         if rest == "(":
             block = verb
@@ -143,7 +144,7 @@ def carried_replaces(upstream_gomod_text, local_version):
 
 
 def _go(args, cwd, env=None):
-    result = subprocess.run(["go", *args], cwd=cwd, env=env, text=True, capture_output=True)
+    result = subprocess.run(["go", *args], cwd=cwd, env=env, text=True, capture_output=True, check=False)
     if result.returncode != 0:
         raise GoModError(f"go {' '.join(args)} (in {cwd}) failed:\n{result.stderr.strip()}")
     return result.stdout
@@ -155,6 +156,9 @@ def upstream_gomod(module, version):
     return Path(info["GoMod"]).read_text()
 
 
+Component = collections.namedtuple("Component", "spec folder gomod version")
+
+
 def component(name):
     if name not in COMPONENTS:
         raise GoModError(f"unknown component {name!r}; known: {', '.join(COMPONENTS)}")
@@ -164,7 +168,7 @@ def component(name):
     version = gomod["require"].get(spec["module"])
     if not version:
         raise GoModError(f"{folder}/go.mod does not require {spec['module']}")
-    return spec, folder, gomod, version
+    return Component(spec, folder, gomod, version)
 
 
 def program_name(spec, tool):
@@ -172,21 +176,29 @@ def program_name(spec, tool):
 
 
 def binary_path(name, tool):
-    spec, _, _, version = component(name)
-    return BIN_DIR / f"{program_name(spec, tool)}-{version}"
+    found = component(name)
+    return BIN_DIR / f"{program_name(found.spec, tool)}-{found.version}"
+
+
+def find_binary(program):
+    """The cached path of `program` (built or not), whichever component lists it."""
+    for name, spec in COMPONENTS.items():
+        for tool in component(name).gomod["tool"]:
+            if program_name(spec, tool) == program:
+                return binary_path(name, tool)
+    raise GoModError(f"no component builds {program!r}")
 
 
 def wanted_replaces(name):
-    spec, folder, _, version = component(name)
-    local_version = spec.get("local_version", lambda v: v)(version)
-    return carried_replaces(upstream_gomod(spec["module"], version), local_version)
+    found = component(name)
+    local_version = found.spec.get("local_version", lambda v: v)(found.version)
+    return carried_replaces(upstream_gomod(found.spec["module"], found.version), local_version)
 
 
 def check(names):
     problems = []
     for name in names:
-        _, _, gomod, _ = component(name)
-        want, have = wanted_replaces(name), gomod["replace"]
+        want, have = wanted_replaces(name), component(name).gomod["replace"]
         if have != want:
             missing = sorted(set(want) - set(have))
             extra = sorted(set(have) - set(want))
@@ -256,16 +268,11 @@ def main(argv=None):
                 print(problem, file=sys.stderr)
             return 1 if problems else 0
         elif args.command == "version":
-            print(component(args.component)[3])
+            print(component(args.component).version)
         elif args.command == "path":
-            for name in COMPONENTS:
-                _, _, gomod, _ = component(name)
-                for tool in gomod["tool"]:
-                    if program_name(COMPONENTS[name], tool) == args.program:
-                        path = binary_path(name, tool)
-                        print(path)
-                        return 0 if path.exists() else 1
-            raise GoModError(f"no component builds {args.program!r}")
+            path = find_binary(args.program)
+            print(path)
+            return 0 if path.exists() else 1
     except GoModError as exc:
         print(f"gobuild: {exc}", file=sys.stderr)
         return 2

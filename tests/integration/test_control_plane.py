@@ -66,8 +66,8 @@ def test_labels_a_real_node_as_a_user_bound_to_the_documented_role(tmp_path, kub
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "gpuready-node-labeller"},
         "subjects": [{"kind": "User", "name": "labeller", "apiGroup": "rbac.authorization.k8s.io"}]})
     kubeconfig = control_plane.issue_kubeconfig('labeller', 'labeller')
-    task = {"name": "Label", "gpuready.nvidia.k8s_gpu_labels": {"node": "seed-1", "gpu_facts": SEED_FACTS,
-                                                                 "kubeconfig": kubeconfig},
+    labels_args = {"node": "seed-1", "gpu_facts": SEED_FACTS, "kubeconfig": kubeconfig}
+    task = {"name": "Label", "gpuready.nvidia.k8s_gpu_labels": labels_args,
             "register": "result", "ignore_errors": True}
 
     proc, results = run_tasks(str(tmp_path), [task])

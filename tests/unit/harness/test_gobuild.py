@@ -22,34 +22,34 @@ go 1.26.0
 godebug default=go1.26
 
 require (
-	github.com/blang/semver/v4 v4.0.0
-	k8s.io/api v0.0.0
-	k8s.io/client-go v0.0.0
-	k8s.io/kubelet v0.0.0
+\tgithub.com/blang/semver/v4 v4.0.0
+\tk8s.io/api v0.0.0
+\tk8s.io/client-go v0.0.0
+\tk8s.io/kubelet v0.0.0
 )
 
 require (
-	github.com/go-logr/logr v1.4.3 // indirect
+\tgithub.com/go-logr/logr v1.4.3 // indirect
 )
 
 replace (
-	k8s.io/api => ./staging/src/k8s.io/api
-	k8s.io/client-go => ./staging/src/k8s.io/client-go
-	k8s.io/kubelet => ./staging/src/k8s.io/kubelet
-	k8s.io/sample-cli-plugin => ./staging/src/k8s.io/sample-cli-plugin
+\tk8s.io/api => ./staging/src/k8s.io/api
+\tk8s.io/client-go => ./staging/src/k8s.io/client-go
+\tk8s.io/kubelet => ./staging/src/k8s.io/kubelet
+\tk8s.io/sample-cli-plugin => ./staging/src/k8s.io/sample-cli-plugin
 )
 '''
 
 ETCD = '''module go.etcd.io/etcd/server/v3
 
 require (
-	go.etcd.io/etcd/api/v3 v3.6.16
-	go.etcd.io/etcd/pkg/v3 v3.6.16
+\tgo.etcd.io/etcd/api/v3 v3.6.16
+\tgo.etcd.io/etcd/pkg/v3 v3.6.16
 )
 
 replace (
-	go.etcd.io/etcd/api/v3 => ../api
-	go.etcd.io/etcd/pkg/v3 => ../pkg
+\tgo.etcd.io/etcd/api/v3 => ../api
+\tgo.etcd.io/etcd/pkg/v3 => ../pkg
 )
 
 // Bad imports are sometimes causing attempts to pull that code.
@@ -60,14 +60,14 @@ replace go.etcd.io/etcd => ./FORBIDDEN_DEPENDENCY
 NFD = '''module sigs.k8s.io/node-feature-discovery
 
 require (
-	k8s.io/api v0.35.3
-	sigs.k8s.io/node-feature-discovery/api/nfd v0.0.0-00010101000000-000000000000
+\tk8s.io/api v0.35.3
+\tsigs.k8s.io/node-feature-discovery/api/nfd v0.0.0-00010101000000-000000000000
 )
 
 replace (
-	k8s.io/api => k8s.io/api v0.35.3
-	k8s.io/legacy-cloud-providers => k8s.io/legacy-cloud-providers v0.35.3
-	sigs.k8s.io/node-feature-discovery/api/nfd => ./api/nfd
+\tk8s.io/api => k8s.io/api v0.35.3
+\tk8s.io/legacy-cloud-providers => k8s.io/legacy-cloud-providers v0.35.3
+\tsigs.k8s.io/node-feature-discovery/api/nfd => ./api/nfd
 )
 '''
 
