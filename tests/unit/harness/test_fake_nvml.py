@@ -1,0 +1,78 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpuready.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The fake NVML's calls that the real device plugin and GFD make (tests/fake_nvml/README.md), through the
+real nvidia-ml-py in a process of its own, so that NVML's state never leaks between tests. The expected
+codes and constants are pynvml's own."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import subprocess
+import sys
+
+import require
+from fake_nvml import harness
+
+PROBE = r'''
+import json, pynvml
+
+def code(call, *args):
+    try:
+        return ["ok", call(*args)]
+    except pynvml.NVMLError as exc:
+        return ["error", exc.value]
+
+out = {}
+pynvml.nvmlInit()
+pynvml.nvmlInit()
+pynvml.nvmlShutdown()
+out["count_after_one_of_two_shutdowns"] = code(pynvml.nvmlDeviceGetCount)
+first, second, third = (pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(3))
+out["by_uuid"] = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByUUID(b"GPU-2"))
+out["unknown_uuid"] = code(pynvml.nvmlDeviceGetHandleByUUID, b"GPU-404")
+out["same_numa"] = code(pynvml.nvmlDeviceGetTopologyCommonAncestor, first, second)
+out["other_numa"] = code(pynvml.nvmlDeviceGetTopologyCommonAncestor, first, third)
+out["nvlink_state"] = code(pynvml.nvmlDeviceGetNvLinkState, first, 0)
+out["nvlink_remote"] = code(pynvml.nvmlDeviceGetNvLinkRemotePciInfo, first, 0)
+out["supported_events"] = pynvml.nvmlDeviceGetSupportedEventTypes(first)
+events = pynvml.nvmlEventSetCreate()
+pynvml.nvmlDeviceRegisterEvents(first, pynvml.nvmlEventTypeXidCriticalError, events)
+out["wait"] = code(pynvml.nvmlEventSetWait_v2, events, 50)
+pynvml.nvmlEventSetFree(events)
+pynvml.nvmlShutdown()
+out["count_after_last_shutdown"] = code(pynvml.nvmlDeviceGetCount)
+print(json.dumps(out))
+'''
+
+
+def _device(index, numa_node):
+    return {"name": "Tesla P4", "uuid": "GPU-%d" % index, "pci_bus_id": "00000000:%02X:00.0" % (0x3B + index),
+            "memory_total": 7611 * harness.MIB, "compute_capability": [6, 1], "numa_node": numa_node}
+
+
+def test_calls_of_the_real_plugin_and_gfd(tmp_path):
+    pynvml = require.module("pynvml")
+    harness.build(str(tmp_path))
+    config = harness.write_config(str(tmp_path / "gpus.json"), {
+        "driver_version": "535.183.01", "devices": [_device(1, 0), _device(2, 0), _device(3, 1)]})
+    env = dict(os.environ, LD_LIBRARY_PATH=str(tmp_path), FAKE_NVML_CONFIG=config)
+    proc = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+
+    # NVML counts inits: one shutdown of two leaves it initialized, the last one does not.
+    assert out["count_after_one_of_two_shutdowns"] == ["ok", 3]
+    assert out["count_after_last_shutdown"] == ["error", pynvml.NVML_ERROR_UNINITIALIZED]
+    assert out["by_uuid"] == "Tesla P4"
+    assert out["unknown_uuid"] == ["error", pynvml.NVML_ERROR_NOT_FOUND]
+    assert out["same_numa"] == ["ok", pynvml.NVML_TOPOLOGY_NODE]
+    assert out["other_numa"] == ["ok", pynvml.NVML_TOPOLOGY_SYSTEM]
+    assert out["nvlink_state"] == ["error", pynvml.NVML_ERROR_NOT_SUPPORTED]
+    assert out["nvlink_remote"] == ["error", pynvml.NVML_ERROR_NOT_SUPPORTED]
+    assert out["supported_events"] & pynvml.nvmlEventTypeXidCriticalError
+    # No event ever fires: the health check's wait runs out its timeout, as on a healthy GPU.
+    assert out["wait"] == ["error", pynvml.NVML_ERROR_TIMEOUT]
