@@ -93,20 +93,20 @@ def _ip(*args, check=True):
 
 def create_network():
     """A new network namespace holding the lab's segment, a bridge, with a veth pair to this
-    machine; returns (name, machine_ip, lab_ip). Creating the machine's end of the pair is what
-    claims an index, so concurrent labs cannot collide."""
+    machine; returns (name, machine_ip, lab_ip). Creating the namespace is what claims an index
+    (it fails where one exists), and the pair is made with its far end already inside it, so
+    concurrent labs cannot collide."""
     for index in range(256):
         name = "%s%d" % (NETWORK_PREFIX, index)
-        if _ip("link", "add", name, "type", "veth", "peer", "name", "uplink", check=False).returncode != 0:
+        if _ip("netns", "add", name, check=False).returncode != 0:
             continue
         machine_ip, lab_ip = NETWORK_SUBNET % (index, 1), NETWORK_SUBNET % (index, 2)
         try:
-            _ip("netns", "add", name)
+            _ip("link", "add", name, "type", "veth", "peer", "name", "uplink", "netns", name)
             _ip("-n", name, "link", "set", "lo", "up")
             _ip("-n", name, "link", "add", "br0", "type", "bridge")
             _ip("-n", name, "addr", "add", lab_ip + "/24", "dev", "br0")
             _ip("-n", name, "link", "set", "br0", "up")
-            _ip("link", "set", "uplink", "netns", name)
             _ip("-n", name, "link", "set", "uplink", "master", "br0", "up")
             _ip("addr", "add", machine_ip + "/24", "dev", name)
             _ip("link", "set", name, "up")

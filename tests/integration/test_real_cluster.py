@@ -4,7 +4,10 @@
 """The seed on the real cluster (lab/lab.py --kubernetes real): kube-apiserver, scheduler and controllers
 1.37, the real kubelet on gpu-p4, and the real NVIDIA device plugin (lab/go) loading the fake NVML that
 the node's nvidia runtime gives it. Nothing here answers with the collection's own code: the plugin's
-errors, the Node's capacity and the scheduler's message are the upstream programs' own."""
+errors, the Node's capacity and the scheduler's message are the upstream programs' own. Then the real
+plugin is the oracle for `gpu_resources`: for each sharing configuration, what it registers with the real
+kubelet must equal what the filter expects from the facts `nvidia_gpu_facts` gathers from the node's
+driver files."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -18,6 +21,7 @@ import pytest
 import yaml
 
 import require
+from fake_nvml import harness
 from playbook import run_tasks
 
 NODE = 'gpu-p4'
@@ -29,6 +33,21 @@ MANIFEST = os.path.join(ROOT, 'tests', 'fixtures', 'manifests', 'nvidia-device-p
 CUDA_IMAGE = 'nvcr.io/nvidia/cuda:12.2.0-base-ubuntu22.04'
 CONFIG = '/etc/containerd/config.toml'
 NVML_MISSING = 'Failed to initialize NVML: ERROR_LIBRARY_NOT_FOUND'
+REGISTERED = "Registered device plugin for '%s' with Kubelet"
+PLUGIN_CONFIG = 'nvidia-device-plugin-config'
+# Each case: the real plugin's config file (its own format, upstream docs) and the same choice in the
+# collection's `sharing` setting, which gpu_resources reads.
+SHARING_CASES = {
+    'no-sharing': ({'version': 'v1'}, None),
+    'time-slicing-x4': (
+        {'version': 'v1', 'sharing': {'timeSlicing': {'resources': [{'name': 'nvidia.com/gpu', 'replicas': 4}]}}},
+        {'strategy': 'time-slicing', 'resources': [{'name': 'nvidia.com/gpu', 'replicas': 4}]}),
+    'time-slicing-x2-renamed': (
+        {'version': 'v1', 'sharing': {'timeSlicing': {'renameByDefault': True, 'failRequestsGreaterThanOne': True,
+                                                      'resources': [{'name': 'nvidia.com/gpu', 'replicas': 2}]}}},
+        {'strategy': 'time-slicing', 'rename_by_default': True,
+         'resources': [{'name': 'nvidia.com/gpu', 'replicas': 2}]}),
+}
 
 
 def _pinned_plugin():
@@ -64,10 +83,29 @@ def plugin_manifest():
     return manifest
 
 
+def plugin_with_config(manifest):
+    """The static DaemonSet reading its config file from the ConfigMap PLUGIN_CONFIG (CONFIG_FILE, as the
+    plugin's Helm chart sets it)."""
+    spec = manifest['spec']['template']['spec']
+    spec['containers'][0]['env'] = [{'name': 'CONFIG_FILE', 'value': '/config/config.yaml'}]
+    spec['containers'][0]['volumeMounts'].append({'name': 'config', 'mountPath': '/config'})
+    spec['volumes'].append({'name': 'config', 'configMap': {'name': PLUGIN_CONFIG}})
+    return manifest
+
+
 def plugin_pod(core):
     pods = [p for p in core.list_namespaced_pod(NAMESPACE, label_selector=PLUGIN_LABEL).items
             if p.spec.node_name == NODE and not p.metadata.deletion_timestamp]
     return pods[0] if len(pods) == 1 else None
+
+
+def registered(core, old, resources):
+    """The plugin pod, when it is not `old` and its log says it registered each of `resources`."""
+    pod = plugin_pod(core)
+    if not pod or (old and pod.metadata.uid == old.metadata.uid) or pod.status.phase != 'Running':
+        return None
+    log = core.read_namespaced_pod_log(pod.metadata.name, NAMESPACE)
+    return pod if all(REGISTERED % resource in log for resource in resources) else None
 
 
 def plugin_status(core):
@@ -84,6 +122,14 @@ def crash_looping(core, uid=None, restarted_more_than=-1):
     if (uid and pod.metadata.uid != uid) or status.restart_count <= restarted_more_than:
         return None
     return pod, status
+
+
+def advertised(core):
+    """The nvidia.com resources the node offers now: allocatable, leaving out those a stopped plugin left
+    at 0 (the kubelet keeps them in capacity for a while)."""
+    allocatable = core.read_node(NODE).status.allocatable
+    return dict((name, int(count)) for name, count in allocatable.items()
+                if name.startswith('nvidia.com/') and count != '0')
 
 
 def gpu_resources(core):
@@ -144,7 +190,7 @@ def test_seed_reproduced_and_fixed_on_the_real_cluster(real_lab, api, tmp_path):
     wait_for('nvidia.com/gpu on %s' % NODE, lambda: gpu_resources(core) == ('4', '4'))
     new_pod = plugin_pod(core)
     assert new_pod.metadata.uid != pod.metadata.uid
-    assert "Registered device plugin for 'nvidia.com/gpu' with Kubelet" in core.read_namespaced_pod_log(
+    assert REGISTERED % 'nvidia.com/gpu' in core.read_namespaced_pod_log(
         new_pod.metadata.name, NAMESPACE)
 
     # 5. A pod asking for one GPU runs nvidia-smi and sees exactly one Tesla P4.
@@ -161,3 +207,60 @@ def test_seed_reproduced_and_fixed_on_the_real_cluster(real_lab, api, tmp_path):
     assert condition[0].reason == 'Unschedulable'
     assert condition[0].message.startswith('0/1 nodes are available: 1 Insufficient nvidia.com/gpu.'), (
         condition[0].message)
+
+
+@pytest.fixture(scope='module')
+def expected_resources(real_lab, tmp_path_factory):
+    """{case: gpu_resources(facts, sharing=case's sharing)}, the facts gathered by nvidia_gpu_facts from
+    gpu-p4's own driver files (its NVML configuration and PCI sysfs, copied out of the node) through the
+    fake NVML library."""
+    workdir = tmp_path_factory.mktemp('real-facts')
+    node = real_lab.container(NODE)
+    real_lab.podman('cp', node + ':/etc/nvidia-fake/gpus.json', str(workdir / 'gpus.json'))
+    real_lab.podman('cp', node + ':/var/lib/nvidia-fake', str(workdir / 'nvidia-fake'))
+    library_dir = workdir / 'lib'
+    library_dir.mkdir()
+    harness.build(str(library_dir))
+    tasks = [{'name': 'Gather', 'register': 'facts', 'gpuready.nvidia.nvidia_gpu_facts': {
+        'sysfs_root': str(workdir / 'nvidia-fake' / 'sys'),
+        'dmi_product_file': str(workdir / 'nvidia-fake' / 'product_name')},
+        'environment': {'LD_LIBRARY_PATH': str(library_dir), 'FAKE_NVML_CONFIG': str(workdir / 'gpus.json')}}]
+    for index, (_config, sharing) in enumerate(SHARING_CASES.values()):
+        tasks.append({'name': 'Resources %d' % index, 'register': 'resources_%d' % index,
+                      'vars': {'sharing': sharing},
+                      'ansible.builtin.debug': {
+                          'msg': '{{ facts.ansible_facts.nvidia_gpu | gpuready.nvidia.gpu_resources(sharing=sharing) }}'}})
+    proc, results = run_tasks(str(workdir), tasks)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert results['facts']['ansible_facts']['nvidia_gpu']['count'] == 4
+    return dict((name, results['resources_%d' % index]['msg']) for index, name in enumerate(SHARING_CASES))
+
+
+@pytest.mark.parametrize('case', sorted(SHARING_CASES))
+def test_real_plugin_registers_what_gpu_resources_expects(real_lab, api, tmp_path, expected_resources, case):
+    core, apps = api
+    plugin_config, _sharing = SHARING_CASES[case]
+    # nvidia as containerd's default runtime (a no-op after the seed test), then the plugin with this config.
+    configure_containerd(real_lab, tmp_path)
+    config_map = {'apiVersion': 'v1', 'kind': 'ConfigMap',
+                  'metadata': {'name': PLUGIN_CONFIG, 'namespace': NAMESPACE},
+                  'data': {'config.yaml': yaml.safe_dump(plugin_config)}}
+    if core.list_namespaced_config_map(NAMESPACE, field_selector='metadata.name=' + PLUGIN_CONFIG).items:
+        core.replace_namespaced_config_map(PLUGIN_CONFIG, NAMESPACE, config_map)
+    else:
+        core.create_namespaced_config_map(NAMESPACE, config_map)
+    daemon_set = plugin_with_config(plugin_manifest())
+    name = daemon_set['metadata']['name']
+    if apps.list_namespaced_daemon_set(NAMESPACE, field_selector='metadata.name=' + name).items:
+        apps.replace_namespaced_daemon_set(name, NAMESPACE, daemon_set)
+    else:
+        apps.create_namespaced_daemon_set(NAMESPACE, daemon_set)
+    # The plugin reads its config once, at start: a new pod for this case.
+    old = plugin_pod(core)
+    if old:
+        core.delete_namespaced_pod(old.metadata.name, NAMESPACE)
+    expected = expected_resources[case]
+    pod = wait_for('a new plugin pod to register %s' % sorted(expected), lambda: registered(core, old, expected),
+                   timeout=180)
+    wait_for('%s to offer %s (%s)' % (NODE, expected, case), lambda: advertised(core) == expected)
+    assert plugin_pod(core).metadata.uid == pod.metadata.uid
