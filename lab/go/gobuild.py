@@ -150,10 +150,20 @@ def _go(args, cwd, env=None):
     return result.stdout
 
 
-def upstream_gomod(module, version):
+def _download(module, version):
     # Outside our modules, so a go.mod being rewritten cannot get in the way.
-    info = json.loads(_go(["mod", "download", "-json", f"{module}@{version}"], HERE))
-    return Path(info["GoMod"]).read_text()
+    return json.loads(_go(["mod", "download", "-json", f"{module}@{version}"], HERE))
+
+
+def upstream_gomod(module, version):
+    return Path(_download(module, version)["GoMod"]).read_text()
+
+
+def upstream_dir(name):
+    """The pinned upstream module's files in Go's module cache (read-only): where the lab reads what
+    it needs besides programs, such as NFD's CustomResourceDefinitions."""
+    found = component(name)
+    return Path(_download(found.spec["module"], found.version)["Dir"])
 
 
 Component = collections.namedtuple("Component", "spec folder gomod version")

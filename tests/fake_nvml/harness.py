@@ -71,9 +71,16 @@ def vgpu_capability(host_driver_version, host_driver_branch, records_before=((0x
     return bytes(body)
 
 
+# A GPU's BARs as the kernel lists them in a PCI function's `resource` file (start, end, flags; 13 lines:
+# BAR0-5, the ROM, 6 unused): 16 MiB of registers, 8 GiB and 32 MiB of prefetchable 64-bit memory.
+GPU_RESOURCE_LINES = [(0xFA000000, 0xFAFFFFFF, 0x40200), (0x38000000000, 0x381FFFFFFFF, 0x14220C), (0, 0, 0),
+                      (0x38200000000, 0x38201FFFFFF, 0x14220C)] + [(0, 0, 0)] * 9
+
+
 def write_sysfs(root, functions, modules=()):
-    """functions: {sysfs bus id: {"vendor", "class" (None: no file), "device", "config" (bytes)}};
-    modules: names under <root>/module."""
+    """functions: {sysfs bus id: {"vendor", "class" (None: no file), "device", "config" (bytes),
+    "numa_node" (default 0, as the fake NVML's)}}; modules: names under <root>/module. Each function
+    also gets the `resource` file every PCI function has (GPU_RESOURCE_LINES)."""
     os.makedirs(os.path.join(root, "bus", "pci", "devices"), exist_ok=True)
     for bus_id, function in functions.items():
         path = os.path.join(root, "bus", "pci", "devices", bus_id)
@@ -82,6 +89,10 @@ def write_sysfs(root, functions, modules=()):
             if function.get(name) is not None:
                 with open(os.path.join(path, name), "w") as handle:
                     handle.write(function[name] + "\n")
+        with open(os.path.join(path, "numa_node"), "w") as handle:
+            handle.write("%d\n" % function.get("numa_node", 0))
+        with open(os.path.join(path, "resource"), "w") as handle:
+            handle.writelines("0x%016x 0x%016x 0x%016x\n" % line for line in GPU_RESOURCE_LINES)
         with open(os.path.join(path, "config"), "wb") as handle:
             handle.write(function.get("config") or config_space())
     for name in modules:

@@ -20,9 +20,12 @@ import time
 import pytest
 import yaml
 
+import lab_control
 import require
 from fake_nvml import harness
 from playbook import run_tasks
+
+gobuild = lab_control.script('lab/go/gobuild.py', 'gpuready_gobuild')
 
 NODE = 'gpu-p4'
 HOST = 'p4.lab.internal'
@@ -33,6 +36,9 @@ MANIFEST = os.path.join(ROOT, 'tests', 'fixtures', 'manifests', 'nvidia-device-p
 CUDA_IMAGE = 'nvcr.io/nvidia/cuda:12.2.0-base-ubuntu22.04'
 CONFIG = '/etc/containerd/config.toml'
 NVML_MISSING = 'Failed to initialize NVML: ERROR_LIBRARY_NOT_FOUND'
+GFD_MANIFEST = os.path.join(ROOT, 'tests', 'fixtures', 'manifests', 'gpu-feature-discovery-v0.20.0.yml')
+GFD_NAMESPACE = 'node-feature-discovery'
+FAKE_SYSFS = '/var/lib/nvidia-fake/sys'
 REGISTERED = "Registered device plugin for '%s' with Kubelet"
 PLUGIN_CONFIG = 'nvidia-device-plugin-config'
 # Each case: the real plugin's config file (its own format, upstream docs) and the same choice in the
@@ -210,10 +216,10 @@ def test_seed_reproduced_and_fixed_on_the_real_cluster(real_lab, api, tmp_path):
 
 
 @pytest.fixture(scope='module')
-def expected_resources(real_lab, tmp_path_factory):
-    """{case: gpu_resources(facts, sharing=case's sharing)}, the facts gathered by nvidia_gpu_facts from
-    gpu-p4's own driver files (its NVML configuration and PCI sysfs, copied out of the node) through the
-    fake NVML library."""
+def expected(real_lab, tmp_path_factory):
+    """What the collection expects of gpu-p4, from the facts nvidia_gpu_facts gathers from the node's own
+    driver files (its NVML configuration and PCI sysfs, copied out of the node) through the fake NVML
+    library: {"resources": {case: gpu_resources(facts, sharing=case's)}, "labels": gfd_labels(facts)}."""
     workdir = tmp_path_factory.mktemp('real-facts')
     node = real_lab.container(NODE)
     real_lab.podman('cp', node + ':/etc/nvidia-fake/gpus.json', str(workdir / 'gpus.json'))
@@ -221,23 +227,26 @@ def expected_resources(real_lab, tmp_path_factory):
     library_dir = workdir / 'lib'
     library_dir.mkdir()
     harness.build(str(library_dir))
+    facts = 'facts.ansible_facts.nvidia_gpu'
     tasks = [{'name': 'Gather', 'register': 'facts', 'gpuready.nvidia.nvidia_gpu_facts': {
         'sysfs_root': str(workdir / 'nvidia-fake' / 'sys'),
         'dmi_product_file': str(workdir / 'nvidia-fake' / 'product_name')},
-        'environment': {'LD_LIBRARY_PATH': str(library_dir), 'FAKE_NVML_CONFIG': str(workdir / 'gpus.json')}}]
+        'environment': {'LD_LIBRARY_PATH': str(library_dir), 'FAKE_NVML_CONFIG': str(workdir / 'gpus.json')}},
+        {'name': 'Labels', 'register': 'labels', 'ansible.builtin.debug': {
+            'msg': '{{ %s | gpuready.nvidia.gfd_labels }}' % facts}}]
     for index, (_config, sharing) in enumerate(SHARING_CASES.values()):
         tasks.append({'name': 'Resources %d' % index, 'register': 'resources_%d' % index,
                       'vars': {'sharing': sharing},
-                      'ansible.builtin.debug': {
-                          'msg': '{{ facts.ansible_facts.nvidia_gpu | gpuready.nvidia.gpu_resources(sharing=sharing) }}'}})
+                      'ansible.builtin.debug': {'msg': '{{ %s | gpuready.nvidia.gpu_resources(sharing=sharing) }}' % facts}})
     proc, results = run_tasks(str(workdir), tasks)
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert results['facts']['ansible_facts']['nvidia_gpu']['count'] == 4
-    return dict((name, results['resources_%d' % index]['msg']) for index, name in enumerate(SHARING_CASES))
+    return {'resources': dict((name, results['resources_%d' % index]['msg']) for index, name in enumerate(SHARING_CASES)),
+            'labels': results['labels']['msg']}
 
 
 @pytest.mark.parametrize('case', sorted(SHARING_CASES))
-def test_real_plugin_registers_what_gpu_resources_expects(real_lab, api, tmp_path, expected_resources, case):
+def test_real_plugin_registers_what_gpu_resources_expects(real_lab, api, tmp_path, expected, case):
     core, apps = api
     plugin_config, _sharing = SHARING_CASES[case]
     # nvidia as containerd's default runtime (a no-op after the seed test), then the plugin with this config.
@@ -259,8 +268,58 @@ def test_real_plugin_registers_what_gpu_resources_expects(real_lab, api, tmp_pat
     old = plugin_pod(core)
     if old:
         core.delete_namespaced_pod(old.metadata.name, NAMESPACE)
-    expected = expected_resources[case]
-    pod = wait_for('a new plugin pod to register %s' % sorted(expected), lambda: registered(core, old, expected),
+    resources = expected['resources'][case]
+    pod = wait_for('a new plugin pod to register %s' % sorted(resources), lambda: registered(core, old, resources),
                    timeout=180)
-    wait_for('%s to offer %s (%s)' % (NODE, expected, case), lambda: advertised(core) == expected)
+    wait_for('%s to offer %s (%s)' % (NODE, resources, case), lambda: advertised(core) == resources)
     assert plugin_pod(core).metadata.uid == pod.metadata.uid
+
+
+def node_feature(kubernetes, custom, name):
+    """The NodeFeature object `name` in GFD's namespace; None until it exists."""
+    try:
+        return custom.get_namespaced_custom_object('nfd.k8s-sigs.io', 'v1alpha1', GFD_NAMESPACE, 'nodefeatures', name)
+    except kubernetes.client.exceptions.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def test_real_gfd_labels_equal_gfd_labels(real_lab, api, tmp_path, expected):
+    """The real GFD v0.19.3 in NodeFeature mode (its default) writes its labels into a NodeFeature object,
+    the input of NFD's master; they must equal gfd_labels of the node's facts."""
+    kubernetes = require.module('kubernetes')
+    core = api[0]
+    client = core.api_client
+    configure_containerd(real_lab, tmp_path)
+    # NFD's CRDs from the NFD module lab/go pins; the namespace GFD's manifest uses.
+    crds = gobuild.upstream_dir('nfd') / 'deployment' / 'base' / 'nfd-crds' / 'nfd-api-crds.yaml'
+    extensions = kubernetes.client.ApiextensionsV1Api(client)
+    for crd in yaml.safe_load_all(crds.read_text()):
+        if crd and not extensions.list_custom_resource_definition(
+                field_selector='metadata.name=' + crd['metadata']['name']).items:
+            extensions.create_custom_resource_definition(crd)
+    wait_for('the NodeFeature CRD to be served', lambda: any(
+        c.type == 'Established' and c.status == 'True'
+        for c in extensions.read_custom_resource_definition('nodefeatures.nfd.k8s-sigs.io').status.conditions or []))
+    core.create_namespace({'apiVersion': 'v1', 'kind': 'Namespace', 'metadata': {'name': GFD_NAMESPACE}})
+    # GFD's manifest selects GPU nodes by a label NFD's PCI source or the collection sets.
+    core.patch_node(NODE, {'metadata': {'labels': {'nvidia.com/gpu.present': 'true'}}})
+    with open(GFD_MANIFEST) as handle:
+        manifest = yaml.safe_load(handle)
+    for item in manifest['items']:
+        if item['kind'] == 'DaemonSet':
+            spec = item['spec']['template']['spec']
+            container = spec['containers'][0]
+            container['image'] = container['image'].rsplit(':', 1)[0] + ':' + _pinned_plugin()
+            # The lab's one substitution: a node's own /sys is the test machine's, its GPUs' PCI functions
+            # and DMI name are in the fake sysfs (lab/README.md, "PCI sysfs").
+            for volume in spec['volumes']:
+                if volume['name'] == 'host-sys':
+                    volume['hostPath']['path'] = FAKE_SYSFS
+    kubernetes.utils.create_from_dict(client, manifest)
+    custom = kubernetes.client.CustomObjectsApi(client)
+    feature = wait_for('GFD to write its NodeFeature for %s' % NODE,
+                       lambda: node_feature(kubernetes, custom, 'nvidia-features-for-' + NODE), timeout=180)
+    assert feature['metadata']['labels']['nfd.node.kubernetes.io/node-name'] == NODE
+    assert feature['spec']['labels'] == expected['labels']
