@@ -325,11 +325,38 @@ nvidia_image() {
     lab_log "NVIDIA image: nvcr.io/nvidia/k8s-device-plugin:$version $(du -h "$archive" | cut -f1) ($(lab_since "$t0") s)"
 }
 
+# ---------------------------------------------------------------- the real NFD image
+# nfd-master and nfd-worker as built by make go-build (lab/go/nfd, static Go binaries), named as
+# upstream names the image, at the version lab/go pins.
+nfd_image() {
+    local tree="$LAB_CACHE/trees/nfd" archive="$LAB_ARTIFACTS/node-feature-discovery.oci.tar" program path
+    local version key t0
+    version="$("$LAB_PYTHON" "$LAB_DIR/go/gobuild.py" version nfd)" || lab_die "lab/go/gobuild.py version nfd failed"
+    key="$version $(cat "$LAB_DIR/oci_image.py" "$0" | sha256sum | cut -c1-12)"
+    if [ -s "$archive" ] && [ "$(cat "$archive.key" 2>/dev/null)" = "$key" ]; then
+        lab_log "NFD image: cached ($key)"
+        return 0
+    fi
+    t0="$(lab_now)"
+    rm -rf "$tree" && mkdir -p "$tree/usr/bin" "$tree/etc" "$tree/tmp"
+    chmod 1777 "$tree/tmp"
+    for program in nfd-master nfd-worker; do
+        path="$("$LAB_PYTHON" "$LAB_DIR/go/gobuild.py" path "$program")" || lab_die "$program is not built: run make go-build"
+        install -m 0755 "$path" "$tree/usr/bin/$program"
+    done
+    printf 'root:x:0:0:root:/root:/bin/false\n' >"$tree/etc/passwd"
+    python3 "$LAB_DIR/oci_image.py" "$tree" "$archive" "registry.k8s.io/nfd/node-feature-discovery:$version" \
+        --entrypoint nfd-master
+    printf '%s\n' "$key" >"$archive.key"
+    lab_log "NFD image: registry.k8s.io/nfd/node-feature-discovery:$version $(du -h "$archive" | cut -f1) ($(lab_since "$t0") s)"
+}
+
 node_image
 oci_images
 cri_client
 plugin_image
 nvidia_image
+nfd_image
 control_plane
 gpu_node_image
 lab_log "build-image: done in $(lab_since "$T_START") s"

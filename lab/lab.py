@@ -58,8 +58,9 @@ FAKE_SYSFS_ROOT = "/var/lib/nvidia-fake/sys"
 FAKE_DMI_PRODUCT_FILE = "/var/lib/nvidia-fake/product_name"
 CRI = ["env", "PYTHONPATH=/opt/lab/pylib", "python3", "/opt/lab/cri.py"]
 IMAGE_ARCHIVES = ("pause.oci.tar", "workload.oci.tar", "device-plugin.oci.tar")
-# On the real control plane: the real device plugin, GFD, MPS daemon and config manager (lab/go)
-REAL_IMAGE_ARCHIVES = ("pause.oci.tar", "workload.oci.tar", "nvidia-device-plugin.oci.tar")
+# On the real control plane: the real device plugin, GFD, MPS daemon and config manager, and NFD (lab/go)
+REAL_IMAGE_ARCHIVES = ("pause.oci.tar", "workload.oci.tar", "nvidia-device-plugin.oci.tar",
+                       "node-feature-discovery.oci.tar")
 # What the lab's kubelets may do (kubelet.py), granted to the group of every node identity.
 NODE_RULES = [
     {"apiGroups": [""], "resources": ["nodes", "nodes/status"], "verbs": ["get", "list", "watch", "create", "patch", "update"]},

@@ -285,9 +285,48 @@ def node_feature(kubernetes, custom, name):
         raise
 
 
-def test_real_gfd_labels_equal_gfd_labels(real_lab, api, tmp_path, expected):
+def pods_report(core, namespace, selector):
+    """The state and last log lines of the pods matching `selector`, for a failure message."""
+    lines = []
+    for pod in core.list_namespaced_pod(namespace, label_selector=selector).items:
+        lines.append('%s: %s %s' % (pod.metadata.name, pod.status.phase, pod.status.container_statuses))
+        if pod.status.phase in ('Running', 'Failed', 'Succeeded'):
+            lines.append(core.read_namespaced_pod_log(pod.metadata.name, namespace, tail_lines=30))
+    return '\n'.join(lines) or 'no pod matches %s in %s' % (selector, namespace)
+
+
+def labels_present(core, wanted):
+    """True when the Node carries every label of `wanted` with its value."""
+    labels = core.read_node(NODE).metadata.labels or {}
+    return all(labels.get(key) == value for key, value in wanted.items())
+
+
+def nfd_master_objects():
+    """NFD's own base deployment of nfd-master (RBAC and Deployment, from the NFD module lab/go pins), with
+    what its default overlay adds: the namespace (each namespaced object, the binding's ServiceAccount) and
+    the environment of components/common (NODE_NAME, POD_NAME, POD_UID; nfd-master exits without
+    NODE_NAME). Its control-plane affinity is left out: the lab has no control-plane node."""
+    base = gobuild.upstream_dir('nfd') / 'deployment' / 'base'
+    objects = []
+    for name in ('rbac/master-serviceaccount.yaml', 'rbac/master-clusterrole.yaml',
+                 'rbac/master-clusterrolebinding.yaml', 'master/master-deployment.yaml'):
+        obj = yaml.safe_load((base / name).read_text())
+        if obj['kind'] in ('ServiceAccount', 'Deployment'):
+            obj['metadata']['namespace'] = GFD_NAMESPACE
+        if obj['kind'] == 'Deployment':
+            obj['spec']['template']['spec']['containers'][0]['env'] = [
+                {'name': name, 'valueFrom': {'fieldRef': {'fieldPath': path}}}
+                for name, path in (('NODE_NAME', 'spec.nodeName'), ('POD_NAME', 'metadata.name'),
+                                   ('POD_UID', 'metadata.uid'))]
+        for subject in obj.get('subjects', []):
+            subject['namespace'] = GFD_NAMESPACE
+        objects.append(obj)
+    return objects
+
+
+def test_real_gfd_labels_through_real_nfd_equal_gfd_labels(real_lab, api, tmp_path, expected):
     """The real GFD v0.19.3 in NodeFeature mode (its default) writes its labels into a NodeFeature object,
-    the input of NFD's master; they must equal gfd_labels of the node's facts."""
+    and the real nfd-master v0.19.0 puts them on the Node; both must equal gfd_labels of the node's facts."""
     kubernetes = require.module('kubernetes')
     core = api[0]
     client = core.api_client
@@ -323,3 +362,14 @@ def test_real_gfd_labels_equal_gfd_labels(real_lab, api, tmp_path, expected):
                        lambda: node_feature(kubernetes, custom, 'nvidia-features-for-' + NODE), timeout=180)
     assert feature['metadata']['labels']['nfd.node.kubernetes.io/node-name'] == NODE
     assert feature['spec']['labels'] == expected['labels']
+
+    # Through the real NFD: nfd-master (its own deployment) turns the NodeFeature into the Node's labels.
+    for obj in nfd_master_objects():
+        kubernetes.utils.create_from_dict(client, obj)
+    try:
+        wait_for('nfd-master to label %s' % NODE, lambda: labels_present(core, expected['labels']), timeout=180)
+    except AssertionError as exc:
+        raise AssertionError('%s\n%s' % (exc, pods_report(core, GFD_NAMESPACE, 'app=nfd-master')))
+    annotations = core.read_node(NODE).metadata.annotations
+    # nfd-master records the labels it owns: exactly GFD's.
+    assert set(annotations['nfd.node.kubernetes.io/feature-labels'].split(',')) == set(expected['labels'])
