@@ -252,6 +252,7 @@ typedef struct nvmlDevice_st {
     int has_attributes;
     nvmlDeviceAttributes_t attributes;
     unsigned int gpu_instance_id, gpu_instance_profile_id; /* MIG devices: their GPU instance */
+    unsigned int compute_instance_id, compute_instance_profile_id; /* MIG devices: their compute instance */
     int has_fabric;
     nvmlGpuFabricInfo_t fabric;
     char not_supported[512];
@@ -266,6 +267,43 @@ typedef struct {
     unsigned int profileId;
     nvmlGpuInstancePlacement_t placement;
 } nvmlGpuInstanceInfo_t;
+
+typedef struct {
+    unsigned int id;
+    unsigned int isP2pSupported;
+    unsigned int sliceCount;
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int copyEngineCount;
+    unsigned int decoderCount;
+    unsigned int encoderCount;
+    unsigned int jpegCount;
+    unsigned int ofaCount;
+    unsigned long long memorySizeMB;
+} nvmlGpuInstanceProfileInfo_t;
+
+/* ... and for its compute instance: the same struct again. */
+typedef struct nvmlDevice_st *nvmlComputeInstance_t;
+
+typedef struct {
+    nvmlDevice_t device;
+    nvmlGpuInstance_t gpuInstance;
+    unsigned int id;
+    unsigned int profileId;
+    nvmlGpuInstancePlacement_t placement;
+} nvmlComputeInstanceInfo_t;
+
+typedef struct {
+    unsigned int id;
+    unsigned int sliceCount;
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int sharedCopyEngineCount;
+    unsigned int sharedDecoderCount;
+    unsigned int sharedEncoderCount;
+    unsigned int sharedJpegCount;
+    unsigned int sharedOfaCount;
+} nvmlComputeInstanceProfileInfo_t;
 
 static struct nvmlDevice_st devices[MAX_DEVICES];
 static struct nvmlDevice_st migs[MAX_DEVICES][MAX_MIG];
@@ -375,6 +413,8 @@ static int load_device(unsigned int index, const struct json *cfg)
         m->memory = (unsigned long long)num_of(mig, "memory_total", 0);
         m->gpu_instance_id = (unsigned int)num_of(mig, "gpu_instance_id", at + 1);
         m->gpu_instance_profile_id = (unsigned int)num_of(mig, "gpu_instance_profile_id", 0);
+        m->compute_instance_id = (unsigned int)num_of(mig, "compute_instance_id", 0);
+        m->compute_instance_profile_id = (unsigned int)num_of(mig, "compute_instance_profile_id", 0);
         m->cc_major = d->cc_major;
         m->cc_minor = d->cc_minor;
         load_attributes(m, member(mig, "attributes"));
@@ -718,6 +758,14 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id)
     return NVML_SUCCESS;
 }
 
+nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id)
+{
+    CHECK_DEVICE(device, "nvmlDeviceGetComputeInstanceId");
+    if (!id || !device->parent) return NVML_ERROR_INVALID_ARGUMENT;
+    *id = device->compute_instance_id;
+    return NVML_SUCCESS;
+}
+
 nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id, nvmlGpuInstance_t *gpuInstance)
 {
     unsigned int slot;
@@ -743,6 +791,84 @@ nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpuInstance, nvmlGpuInstan
     info->id = gpuInstance->gpu_instance_id;
     info->profileId = gpuInstance->gpu_instance_profile_id;
     info->placement.size = gpuInstance->attributes.gpuInstanceSliceCount;
+    return NVML_SUCCESS;
+}
+
+/* The profiles a GPU answers for are those its configured MIG devices use: enough for go-nvlib to
+ * name a MIG device's profile (it looks up the GPU instance's and compute instance's profile ids). */
+static const struct nvmlDevice_st *mig_with_gpu_profile(nvmlDevice_t device, unsigned int profile)
+{
+    unsigned int slot;
+    for (slot = 0; slot < MAX_MIG; slot++) {
+        const struct nvmlDevice_st *m = &migs[device - devices][slot];
+        if (m->in_use && m->gpu_instance_profile_id == profile) return m;
+    }
+    return NULL;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t device, unsigned int profile,
+                                                 nvmlGpuInstanceProfileInfo_t *info)
+{
+    const struct nvmlDevice_st *m;
+    CHECK_DEVICE(device, "nvmlDeviceGetGpuInstanceProfileInfo");
+    if (!info || device->parent) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!device->has_mig_mode || !device->mig_current) return NVML_ERROR_NOT_SUPPORTED;
+    m = mig_with_gpu_profile(device, profile);
+    if (!m) return NVML_ERROR_NOT_SUPPORTED;
+    memset(info, 0, sizeof *info);
+    info->id = profile;
+    info->sliceCount = m->attributes.gpuInstanceSliceCount;
+    info->instanceCount = 1;
+    info->multiprocessorCount = m->attributes.multiprocessorCount;
+    info->copyEngineCount = m->attributes.sharedCopyEngineCount;
+    info->decoderCount = m->attributes.sharedDecoderCount;
+    info->encoderCount = m->attributes.sharedEncoderCount;
+    info->jpegCount = m->attributes.sharedJpegCount;
+    info->ofaCount = m->attributes.sharedOfaCount;
+    info->memorySizeMB = m->attributes.memorySizeMB;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance_t gpuInstance, unsigned int profile,
+                                                          unsigned int engProfile,
+                                                          nvmlComputeInstanceProfileInfo_t *info)
+{
+    CHECK_DEVICE(gpuInstance, "nvmlGpuInstanceGetComputeInstanceProfileInfo");
+    if (!info || !gpuInstance->parent) return NVML_ERROR_INVALID_ARGUMENT;
+    if (engProfile != 0 || profile != gpuInstance->compute_instance_profile_id) return NVML_ERROR_NOT_SUPPORTED;
+    memset(info, 0, sizeof *info);
+    info->id = profile;
+    info->sliceCount = gpuInstance->attributes.computeInstanceSliceCount;
+    info->instanceCount = 1;
+    info->multiprocessorCount = gpuInstance->attributes.multiprocessorCount;
+    info->sharedCopyEngineCount = gpuInstance->attributes.sharedCopyEngineCount;
+    info->sharedDecoderCount = gpuInstance->attributes.sharedDecoderCount;
+    info->sharedEncoderCount = gpuInstance->attributes.sharedEncoderCount;
+    info->sharedJpegCount = gpuInstance->attributes.sharedJpegCount;
+    info->sharedOfaCount = gpuInstance->attributes.sharedOfaCount;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance_t gpuInstance, unsigned int id,
+                                                   nvmlComputeInstance_t *computeInstance)
+{
+    CHECK_DEVICE(gpuInstance, "nvmlGpuInstanceGetComputeInstanceById");
+    if (!computeInstance || !gpuInstance->parent) return NVML_ERROR_INVALID_ARGUMENT;
+    if (id != gpuInstance->compute_instance_id) return NVML_ERROR_NOT_FOUND;
+    *computeInstance = gpuInstance;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t computeInstance, nvmlComputeInstanceInfo_t *info)
+{
+    CHECK_DEVICE(computeInstance, "nvmlComputeInstanceGetInfo_v2");
+    if (!info || !computeInstance->parent) return NVML_ERROR_INVALID_ARGUMENT;
+    memset(info, 0, sizeof *info);
+    info->device = computeInstance->parent;
+    info->gpuInstance = computeInstance;
+    info->id = computeInstance->compute_instance_id;
+    info->profileId = computeInstance->compute_instance_profile_id;
+    info->placement.size = computeInstance->attributes.computeInstanceSliceCount;
     return NVML_SUCCESS;
 }
 

@@ -113,6 +113,10 @@ GPU_INSTANCE_PROFILE_IDS = {
 }
 
 
+# NVML_COMPUTE_INSTANCE_PROFILE_* by compute slices
+COMPUTE_INSTANCE_PROFILE_IDS = {1: 0x0, 2: 0x1, 3: 0x2, 4: 0x3, 7: 0x4, 8: 0x5, 6: 0x6}
+
+
 def gpu_instance_profile_id(profile):
     """The NVML GPU instance profile id behind a MIG profile name such as 1g.10gb+me or 1c.3g.20gb."""
     match = re.match(r"^(?:\d+c\.)?(\d+)g\.\d+gb(.*)$", profile)
@@ -121,11 +125,21 @@ def gpu_instance_profile_id(profile):
     return GPU_INSTANCE_PROFILE_IDS[(int(match.group(1)), match.group(2))]
 
 
-def _mig_device(case_name, index, slot, parent, mig):
+def compute_instance_profile_id(profile):
+    """The NVML compute instance profile id behind a MIG profile name: its `Nc.` slices, else the GPU
+    instance's (one compute instance filling it)."""
+    match = re.match(r"^(?:(\d+)c\.)?(\d+)g\.", profile)
+    if not match or int(match.group(1) or match.group(2)) not in COMPUTE_INSTANCE_PROFILE_IDS:
+        raise ValueError("no NVML compute instance profile for MIG profile %r" % (profile,))
+    return COMPUTE_INSTANCE_PROFILE_IDS[int(match.group(1) or match.group(2))]
+
+
+def mig_device(case_name, index, slot, parent, mig):
     return {
         "slot": slot,
         "gpu_instance_id": slot + 1,
         "gpu_instance_profile_id": gpu_instance_profile_id(mig["profile"]),
+        "compute_instance_profile_id": compute_instance_profile_id(mig["profile"]),
         "name": "%s MIG %s" % (parent["name"], mig["profile"]),
         "uuid": _uuid("MIG", case_name, index, slot),
         "memory_total": mig["memory_mb"] * MIB,
@@ -162,7 +176,7 @@ def node_from_case(case, root):
         if device["mig_capable"]:
             mode = 1 if device["mig_enabled"] else 0
             nvml["mig_mode"] = [mode, mode]
-            nvml["mig_devices"] = [_mig_device(case["name"], index, slot, device, mig)
+            nvml["mig_devices"] = [mig_device(case["name"], index, slot, device, mig)
                                    for slot, mig in enumerate(device.get("mig_devices") or [])]
         if device.get("fabric"):
             fabric = device["fabric"]

@@ -2,19 +2,27 @@
 """Every GFD label case end to end: the case's node is built (fake libnvidia-ml.so.1 configured from
 the case, fake sysfs with PCI class and config space, DMI file), ``nvidia_gpu_facts`` gathers through
 the real pynvml, and the ``gfd_labels`` / ``gpu_resources`` filters run on what it registered, all in
-one ansible-playbook run."""
+one ansible-playbook run. Then the real gpu-feature-discovery (lab/go) labels the same node once, and
+its labels must equal what ``gfd_labels`` made of the facts: the upstream program is the oracle."""
 
 from __future__ import absolute_import, division, print_function
 
 import os
+import subprocess
 
 import pytest
+import yaml
 
 import gfd_cases as cases
+import lab_control
 from fake_nvml import harness
 from playbook import run_tasks
 
 ALL_CASES = cases.all_cases()
+gobuild = lab_control.script("lab/go/gobuild.py", "gpuready_gobuild")
+# GFD's own names for the collection's sharing strategies (its config file, version v1)
+GFD_SHARING = {"time-slicing": "timeSlicing", "mps": "mps"}
+TIMESTAMP = "nvidia.com/gfd.timestamp"
 
 
 def _tasks(index, case, node, library_dir):
@@ -37,17 +45,24 @@ def _tasks(index, case, node, library_dir):
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    """{case name: {"facts", "labels", "resources": registered result}} from one playbook run."""
+def nodes(tmp_path_factory):
+    """The fake NVML library and each case's node: (library folder, {case name: node})."""
     workdir = str(tmp_path_factory.mktemp("gfd-cases"))
     library_dir = os.path.join(workdir, "lib")
     os.mkdir(library_dir)
     harness.build(library_dir)
+    return library_dir, dict((case["name"], harness.node_from_case(case, os.path.join(workdir, "node-%d" % index)))
+                             for index, (_name, case) in enumerate(ALL_CASES))
+
+
+@pytest.fixture(scope="module")
+def results(nodes, tmp_path_factory):
+    """{case name: {"facts", "labels", "resources": registered result}} from one playbook run."""
+    library_dir, case_nodes = nodes
     tasks = []
     for index, (_name, case) in enumerate(ALL_CASES):
-        node = harness.node_from_case(case, os.path.join(workdir, "node-%d" % index))
-        tasks.extend(_tasks(index, case, node, library_dir))
-    dummy, registered = run_tasks(workdir, tasks)
+        tasks.extend(_tasks(index, case, case_nodes[case["name"]], library_dir))
+    dummy, registered = run_tasks(str(tmp_path_factory.mktemp("gfd-play")), tasks)
     return dict(
         (case["name"], dict((kind, registered["%s_%d" % (kind, index)]) for kind in ("facts", "labels", "resources")))
         for index, (_name, case) in enumerate(ALL_CASES))
@@ -101,3 +116,66 @@ def test_resources_from_the_module_facts(results, entry):
         return
     assert not resources.get("failed"), resources.get("msg")
     assert resources["msg"] == case["expected_node_resources"]
+
+
+def gfd_config(options):
+    """The case's options in GFD's own config file format (the device plugin's, version v1)."""
+    config = {"version": "v1", "flags": {"migStrategy": options["mig_strategy"]}}
+    sharing = options.get("sharing")
+    if sharing:
+        body = {"resources": sharing["resources"]}
+        if sharing.get("rename_by_default"):
+            body["renameByDefault"] = True
+        if sharing.get("fail_requests_greater_than_one"):
+            body["failRequestsGreaterThanOne"] = True
+        config["sharing"] = {GFD_SHARING[sharing["strategy"]]: body}
+    return config
+
+
+def run_real_gfd(library_dir, node, options, timestamp):
+    """The real gpu-feature-discovery, once (--oneshot, labels to a file), on the case's node: the fake
+    NVML and the case's sysfs mounted over /sys in a mount namespace of its own (GFD reads PCI devices
+    from /sys, as in its DaemonSet where the host's /sys is mounted). (process, labels or None)."""
+    folder = os.path.dirname(node["config"])
+    config_file = os.path.join(folder, "gfd-config.yaml")
+    output = os.path.join(folder, "gfd-labels")
+    with open(config_file, "w") as handle:
+        yaml.safe_dump(gfd_config(options), handle)
+    command = [str(gobuild.find_binary("gpu-feature-discovery")), "--oneshot", "--use-node-feature-api=false",
+               "--output-file=" + output, "--machine-type-file=" + node["dmi_product_file"],
+               "--config-file=" + config_file] + ([] if timestamp else ["--no-timestamp"])
+    env = dict(os.environ, LD_LIBRARY_PATH=library_dir, FAKE_NVML_CONFIG=node["config"])
+    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                           'mount --bind "$0" /sys && exec "$@"', node["sysfs_root"]] + command,
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    if not os.path.exists(output):
+        return proc, None
+    with open(output) as handle:
+        return proc, dict(line.split("=", 1) for line in handle.read().splitlines() if line)
+
+
+@pytest.mark.parametrize("entry", ALL_CASES, ids=cases.case_id)
+def test_real_gfd_labels_equal_gfd_labels(nodes, results, entry):
+    case = entry[1]
+    options = cases.options_of(case)
+    library_dir, case_nodes = nodes
+    proc, real = run_real_gfd(library_dir, case_nodes[case["name"]], options, options["timestamp"])
+    ours = results[case["name"]]["labels"]
+    if case.get("expected_error"):
+        # GFD refuses the configuration; so does gfd_labels, for the same reason.
+        assert proc.returncode != 0 and real is None, (proc.returncode, real)
+        cases.check_label_error(case, proc.stderr)
+        cases.check_label_error(case, ours["msg"])
+        return
+    assert proc.returncode == 0 and real is not None, proc.stderr[-3000:]
+    ours = dict(ours["msg"])
+    if options["timestamp"]:
+        assert real.pop(TIMESTAMP).isdigit() and ours.pop(TIMESTAMP).isdigit()
+    if case.get("expected_label_alternatives"):
+        # GFD's answer on a node of mixed models depends on which GPU it reads first (the case says
+        # which alternatives there are): both must be one of them, and agree on every other label.
+        varying = set(key for alternative in case["expected_label_alternatives"] for key in alternative)
+        cases.check_labels(case, dict(real))
+        cases.check_labels(case, dict(ours))
+        real, ours = [dict((k, v) for k, v in labels.items() if k not in varying) for labels in (real, ours)]
+    assert real == ours

@@ -76,3 +76,63 @@ def test_calls_of_the_real_plugin_and_gfd(tmp_path):
     assert out["supported_events"] & pynvml.nvmlEventTypeXidCriticalError
     # No event ever fires: the health check's wait runs out its timeout, as on a healthy GPU.
     assert out["wait"] == ["error", pynvml.NVML_ERROR_TIMEOUT]
+
+
+MIG_PROBE = r'''
+import json, pynvml
+
+def code(call, *args, **kwargs):
+    try:
+        return ["ok", call(*args, **kwargs)]
+    except pynvml.NVMLError as exc:
+        return ["error", exc.value]
+
+out = {}
+pynvml.nvmlInit()
+gpu = pynvml.nvmlDeviceGetHandleByIndex(0)
+mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(gpu, 0)
+out["ci_id"] = pynvml.nvmlDeviceGetComputeInstanceId(mig)
+gi = pynvml.nvmlDeviceGetGpuInstanceById(gpu, pynvml.nvmlDeviceGetGpuInstanceId(mig))
+out["gi_profile"] = pynvml.nvmlGpuInstanceGetInfo(gi).profileId
+for profile in (pynvml.NVML_GPU_INSTANCE_PROFILE_3_SLICE, pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE):
+    result = code(pynvml.nvmlDeviceGetGpuInstanceProfileInfo, gpu, profile, version=1)
+    out["gi_profile_info_%d" % profile] = (
+        ["ok", [result[1].id, result[1].sliceCount, result[1].memorySizeMB]] if result[0] == "ok" else result)
+for profile in (pynvml.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE, pynvml.NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE):
+    result = code(pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo, gi, profile, 0, version=1)
+    out["ci_profile_info_%d" % profile] = ["ok", result[1].id] if result[0] == "ok" else result
+ci = pynvml.nvmlGpuInstanceGetComputeInstanceById(gi, 0)
+info = pynvml.nvmlComputeInstanceGetInfo_v2(ci)
+out["ci_info"] = [info.id, info.profileId, info.placement.size]
+out["other_ci"] = code(pynvml.nvmlGpuInstanceGetComputeInstanceById, gi, 1)
+print(json.dumps(out))
+'''
+
+
+def test_mig_profile_calls_of_go_nvlib(tmp_path):
+    """What go-nvlib calls to name a MIG device's profile (GFD's MIG labels, the plugin's MIG resources):
+    a 1c.3g.20gb device is compute instance 0 with the 1-slice profile in a GPU instance of the 3-slice
+    profile, and the GPU answers profile info for that GPU instance profile only."""
+    pynvml = require.module("pynvml")
+    harness.build(str(tmp_path))
+    mig = {"profile": "1c.3g.20gb", "memory_mb": 19968, "multiprocessors": 14, "copy_engines": 3, "decoders": 2,
+           "encoders": 0, "jpeg": 0, "ofa": 0, "gi_slices": 3, "ci_slices": 1}
+    gpu = {"name": "NVIDIA A100-SXM4-40GB", "uuid": "GPU-1", "pci_bus_id": "00000000:07:00.0",
+           "memory_total": 40960 * harness.MIB, "compute_capability": [8, 0], "mig_mode": [1, 1],
+           "mig_devices": [harness.mig_device("probe", 0, 0, {"name": "NVIDIA A100-SXM4-40GB"}, mig)]}
+    config = harness.write_config(str(tmp_path / "gpus.json"), {"driver_version": "535.183.01", "devices": [gpu]})
+    env = dict(os.environ, LD_LIBRARY_PATH=str(tmp_path), FAKE_NVML_CONFIG=config)
+    proc = subprocess.run([sys.executable, "-c", MIG_PROBE], env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+
+    three, one = pynvml.NVML_GPU_INSTANCE_PROFILE_3_SLICE, pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE
+    assert out["ci_id"] == 0
+    assert out["gi_profile"] == three
+    assert out["gi_profile_info_%d" % three] == ["ok", [three, 3, 19968]]
+    assert out["gi_profile_info_%d" % one] == ["error", pynvml.NVML_ERROR_NOT_SUPPORTED]
+    ci_one, ci_three = pynvml.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE, pynvml.NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE
+    assert out["ci_profile_info_%d" % ci_one] == ["ok", ci_one]
+    assert out["ci_profile_info_%d" % ci_three] == ["error", pynvml.NVML_ERROR_NOT_SUPPORTED]
+    assert out["ci_info"] == [0, ci_one, 1]
+    assert out["other_ci"] == ["error", pynvml.NVML_ERROR_NOT_FOUND]
