@@ -166,6 +166,20 @@ def upstream_dir(name):
     return Path(_download(found.spec["module"], found.version)["Dir"])
 
 
+def dependency_dir(name, module):
+    """A module the component builds with, at the version its go.mod requires (read-only), such as
+    k8s.io/kubelet for the device plugin API's api.proto the plugin was built against."""
+    found = component(name)
+    replaced = found.gomod["replace"].get(module)
+    if replaced and len(replaced) == 2:
+        module, version = replaced
+    else:
+        version = found.gomod["require"].get(module)
+    if not version:
+        raise GoModError(f"{found.folder}/go.mod does not require {module}")
+    return Path(_download(module, version)["Dir"])
+
+
 Component = collections.namedtuple("Component", "spec folder gomod version")
 
 

@@ -100,6 +100,23 @@ def write_sysfs(root, functions, modules=()):
     return root
 
 
+def write_mig_minors(root, gpus=32):
+    """<root>/nvidia-caps/mig-minors as the driver's nvidia-caps module lists it under /proc/driver: the
+    device minor of each MIG capability (config, monitor, then for each GPU its 15 GPU instances, each
+    followed by its 8 compute instances). The device plugin maps a MIG device to its /dev/nvidia-caps
+    nodes through it."""
+    lines = ["config 1", "monitor 2"]
+    for gpu in range(gpus):
+        for gpu_instance in range(15):
+            minor = 3 + gpu * 135 + gpu_instance * 9
+            lines.append("gpu%d/gi%d/access %d" % (gpu, gpu_instance, minor))
+            lines.extend("gpu%d/gi%d/ci%d/access %d" % (gpu, gpu_instance, ci, minor + 1 + ci) for ci in range(8))
+    os.makedirs(os.path.join(root, "nvidia-caps"), exist_ok=True)
+    with open(os.path.join(root, "nvidia-caps", "mig-minors"), "w") as handle:
+        handle.write("\n".join(lines) + "\n")
+    return root
+
+
 def _uuid(prefix, *parts):
     digest = hashlib.sha1("/".join(str(p) for p in parts).encode()).hexdigest()
     return "%s-%s-%s-%s-%s-%s" % (prefix, digest[:8], digest[8:12], digest[12:16], digest[16:20], digest[20:32])
@@ -160,9 +177,9 @@ def bus_ids(index):
 
 
 def node_from_case(case, root):
-    """Write the fake NVML configuration, sysfs tree and DMI file of a GFD label case's node under
-    root. Returns {"config", "sysfs_root", "dmi_product_file"} and the facts the module must give
-    are the case's own."""
+    """Write the fake NVML configuration, sysfs tree, /proc/driver files and DMI file of a GFD label
+    case's node under root. Returns {"config", "sysfs_root", "proc_driver_root", "dmi_product_file"}
+    and the facts the module must give are the case's own."""
     os.makedirs(root, exist_ok=True)
     devices, functions = [], {}
     vgpus = list(case.get("vgpu_devices") or [])
@@ -195,6 +212,7 @@ def node_from_case(case, root):
     node = {
         "config": write_config(os.path.join(root, "fake-nvml.json"), config),
         "sysfs_root": write_sysfs(os.path.join(root, "sys"), functions, modules=("nvidia",) if devices else ()),
+        "proc_driver_root": write_mig_minors(os.path.join(root, "proc-driver")),
         "dmi_product_file": os.path.join(root, "product_name"),
     }
     if case["machine_type"] is not None:

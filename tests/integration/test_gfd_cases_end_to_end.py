@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 import gfd_cases as cases
+import device_plugin_registry as registry
 import lab_control
 from fake_nvml import harness
 from playbook import run_tasks
@@ -23,6 +24,7 @@ gobuild = lab_control.script("lab/go/gobuild.py", "gpuready_gobuild")
 # GFD's own names for the collection's sharing strategies (its config file, version v1)
 GFD_SHARING = {"time-slicing": "timeSlicing", "mps": "mps"}
 TIMESTAMP = "nvidia.com/gfd.timestamp"
+NO_DEVICES = "No devices found. Waiting indefinitely."
 
 
 def _tasks(index, case, node, library_dir):
@@ -132,22 +134,41 @@ def gfd_config(options):
     return config
 
 
-def run_real_gfd(library_dir, node, options, timestamp):
-    """The real gpu-feature-discovery, once (--oneshot, labels to a file), on the case's node: the fake
-    NVML and the case's sysfs mounted over /sys in a mount namespace of its own (GFD reads PCI devices
-    from /sys, as in its DaemonSet where the host's /sys is mounted). (process, labels or None)."""
-    folder = os.path.dirname(node["config"])
-    config_file = os.path.join(folder, "gfd-config.yaml")
-    output = os.path.join(folder, "gfd-labels")
-    with open(config_file, "w") as handle:
+def in_node(node, command, plugin_dir=None):
+    """`command` in a mount namespace of its own where the case's node files are where NVIDIA's programs
+    read them, as in their DaemonSets on a real node: the node's sysfs over /sys (PCI devices), its driver
+    files over /proc/driver (MIG capability minors) and, for the device plugin, `plugin_dir` as the
+    kubelet's device plugin folder (on a tmpfs over /var/lib, so the host's is left alone)."""
+    script = 'mount --bind "$1" /sys && mount --bind "$2" /proc/driver'
+    if plugin_dir:
+        script += (' && mount -t tmpfs gpuready /var/lib && mkdir -p /var/lib/kubelet/device-plugins'
+                   ' && mount --bind "$3" /var/lib/kubelet/device-plugins')
+    script += ' && shift 3 && exec "$@"'
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "in-node",
+            node["sysfs_root"], node["proc_driver_root"], plugin_dir or "-"] + command
+
+
+def write_config(node, options):
+    """The case's options as the config file GFD and the device plugin read; its path."""
+    path = os.path.join(os.path.dirname(node["config"]), "nvidia-config.yaml")
+    with open(path, "w") as handle:
         yaml.safe_dump(gfd_config(options), handle)
+    return path
+
+
+def nvml_env(library_dir, node):
+    return dict(os.environ, LD_LIBRARY_PATH=library_dir, FAKE_NVML_CONFIG=node["config"])
+
+
+def run_real_gfd(library_dir, node, options, timestamp):
+    """The real gpu-feature-discovery, once (--oneshot, labels to a file), on the case's node:
+    (process, labels or None)."""
+    output = os.path.join(os.path.dirname(node["config"]), "gfd-labels")
     command = [str(gobuild.find_binary("gpu-feature-discovery")), "--oneshot", "--use-node-feature-api=false",
                "--output-file=" + output, "--machine-type-file=" + node["dmi_product_file"],
-               "--config-file=" + config_file] + ([] if timestamp else ["--no-timestamp"])
-    env = dict(os.environ, LD_LIBRARY_PATH=library_dir, FAKE_NVML_CONFIG=node["config"])
-    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                           'mount --bind "$0" /sys && exec "$@"', node["sysfs_root"]] + command,
-                          env=env, capture_output=True, text=True, timeout=120, check=False)
+               "--config-file=" + write_config(node, options)] + ([] if timestamp else ["--no-timestamp"])
+    proc = subprocess.run(in_node(node, command), env=nvml_env(library_dir, node), capture_output=True,
+                          text=True, timeout=120, check=False)
     if not os.path.exists(output):
         return proc, None
     with open(output) as handle:
@@ -179,3 +200,55 @@ def test_real_gfd_labels_equal_gfd_labels(nodes, results, entry):
         cases.check_labels(case, dict(ours))
         real, ours = [dict((k, v) for k, v in labels.items() if k not in varying) for labels in (real, ours)]
     assert real == ours
+
+
+@pytest.fixture(scope="module")
+def plugin_api(tmp_path_factory):
+    return registry.compile_api(str(tmp_path_factory.mktemp("device-plugin-api")))
+
+
+def run_real_plugin(library_dir, node, options, api, done):
+    """The real nvidia-device-plugin on the case's node, registering with a Registry, until
+    done(registered, output) or it exits: (exit code or None while it ran, {resource: healthy device
+    IDs}, its output)."""
+    folder = os.path.join(os.path.dirname(node["config"]), "device-plugins")
+    os.makedirs(folder, exist_ok=True)
+    command = [str(gobuild.find_binary("nvidia-device-plugin")), "--config-file=" + write_config(node, options)]
+    if (options.get("sharing") or {}).get("strategy") == "mps":
+        # As its Helm chart sets it with MPS on; without it the plugin refuses any MPS config for that alone.
+        command.append("--mps-root=" + os.path.join(folder, "mps"))
+    with registry.Registry(folder, api) as kubelet:
+        return kubelet.run_plugin(in_node(node, command, plugin_dir=folder), nvml_env(library_dir, node), done,
+                                  timeout=90)
+
+
+def _runs_mps(entry):
+    options = entry[1]["options"]
+    return (options.get("sharing") or {}).get("strategy") == "mps" and not entry[1].get("expected_plugin_error")
+
+
+# Not here: a case the plugin serves with MPS. Its MPS plugin waits for the MPS control daemon (the
+# plugin's mps-control-daemon and the driver's nvidia-cuda-mps-control, at /mps in its container).
+PLUGIN_CASES = [entry for entry in ALL_CASES if not _runs_mps(entry)]
+
+
+@pytest.mark.parametrize("entry", PLUGIN_CASES, ids=cases.case_id)
+def test_real_plugin_registers_what_gpu_resources_expects(nodes, results, plugin_api, entry):
+    case = entry[1]
+    library_dir, case_nodes = nodes
+    # How many resources the case says the node gets tells when the plugin has registered them all.
+    count = len(case["expected_node_resources"])
+
+    def done(registered, output):
+        return len(registered) >= count if count else NO_DEVICES in output
+    returncode, registered, output = run_real_plugin(library_dir, case_nodes[case["name"]], cases.options_of(case),
+                                                     plugin_api, done)
+    ours = results[case["name"]]["resources"]
+    if case.get("expected_plugin_error"):
+        # The plugin refuses the configuration at start and registers nothing; so does gpu_resources.
+        assert returncode not in (None, 0) and registered == {}, output[-3000:]
+        assert ours.get("failed") is True, ours
+        return
+    assert returncode is None, output[-3000:]
+    real = dict((name, len(devices)) for name, devices in registered.items())
+    assert real == ours["msg"], output[-3000:]
