@@ -61,8 +61,8 @@ def _pinned_plugin():
         return re.search(r'^\s*github\.com/NVIDIA/k8s-device-plugin (v\S+)', handle.read(), re.M).group(1)
 
 
-def wait_for(what, check, timeout=120, interval=0.5):
-    """check() until it returns something truthy; fails with the last value."""
+def wait_for(what, check, timeout=120, interval=0.5, report=None):
+    """check() until it returns something truthy; fails with the last value and what report() says."""
     deadline = time.monotonic() + timeout
     value = None
     while time.monotonic() < deadline:
@@ -70,7 +70,8 @@ def wait_for(what, check, timeout=120, interval=0.5):
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError('timed out after %ss waiting for %s; last: %r' % (timeout, what, value))
+    raise AssertionError('timed out after %ss waiting for %s; last: %r%s' % (
+        timeout, what, value, '\n' + report() if report else ''))
 
 
 @pytest.fixture(scope='module')
@@ -119,15 +120,22 @@ def plugin_status(core):
     return pod, (pod.status.container_statuses or [None])[0] if pod else None
 
 
-def crash_looping(core, uid=None, restarted_more_than=-1):
-    """The plugin pod and its container status while it waits in CrashLoopBackOff (optionally: this pod,
-    after more than so many restarts), else None."""
+def crash_looping(core, uid=None, restarted_more_than=1):
+    """The plugin pod and its last termination while it is down after failing again and again: restarted
+    by the kubelet more than `restarted_more_than` times and not running (terminated, or waiting in
+    CrashLoopBackOff; the kubelet may report either while it backs off), else None. Optionally only pod `uid`."""
     pod, status = plugin_status(core)
-    if not (status and status.state.waiting and status.state.waiting.reason == 'CrashLoopBackOff'):
+    if not status or status.state.running or status.restart_count <= restarted_more_than:
         return None
-    if (uid and pod.metadata.uid != uid) or status.restart_count <= restarted_more_than:
+    if uid and pod.metadata.uid != uid:
         return None
-    return pod, status
+    return pod, status.state.terminated or status.last_state.terminated
+
+
+def back_off_events(core, pod):
+    """The kubelet's BackOff events for the pod (its own words for a crash loop)."""
+    return [event for event in core.list_namespaced_event(
+        NAMESPACE, field_selector='involvedObject.uid=%s,reason=BackOff' % pod.metadata.uid).items]
 
 
 def advertised(core):
@@ -170,10 +178,15 @@ def test_seed_reproduced_and_fixed_on_the_real_cluster(real_lab, api, tmp_path):
     # 1. The seed: the upstream static manifest while runc is containerd's default. The real plugin
     # finds no NVML and exits; the node gets no nvidia.com/gpu.
     apps.create_namespaced_daemon_set(NAMESPACE, plugin_manifest())
-    pod, status = wait_for('the plugin pod to crash-loop', lambda: crash_looping(core))
-    log = core.read_namespaced_pod_log(pod.metadata.name, NAMESPACE, previous=True)
+    # While it backs off, the kubelet may report the container terminated rather than waiting in
+    # CrashLoopBackOff for minutes (seen: 250 s), so the loop is known by its restarts and BackOff events.
+    pod, terminated = wait_for('the plugin pod to crash-loop', lambda: crash_looping(core), timeout=300,
+                               report=lambda: plugin_report(core))
+    assert terminated.exit_code == 1
+    log = core.read_namespaced_pod_log(pod.metadata.name, NAMESPACE)
     assert NVML_MISSING in log, log
-    assert status.last_state.terminated.exit_code == 1
+    back_off = wait_for('the kubelet to report the back-off', lambda: back_off_events(core, pod))
+    assert back_off[0].message.startswith('Back-off restarting failed container'), back_off[0].message
     assert gpu_resources(core) == (None, None)
 
     # 2. The fix: our module makes nvidia the default, containerd restarts.
@@ -185,15 +198,18 @@ def test_seed_reproduced_and_fixed_on_the_real_cluster(real_lab, api, tmp_path):
     # restarts the container in that sandbox, so the next run fails the same way. (Its log is the
     # last run's while it waits to be restarted.)
     restarts = plugin_status(core)[1].restart_count
-    wait_for('the next restart of the crash-looping plugin pod to fail',
-             lambda: crash_looping(core, pod.metadata.uid, restarts), timeout=300)
+    _pod, terminated = wait_for('the next restart of the crash-looping plugin pod to fail',
+                                lambda: crash_looping(core, pod.metadata.uid, restarts), timeout=300,
+                                report=lambda: plugin_report(core))
+    assert terminated.exit_code == 1
     assert NVML_MISSING in core.read_namespaced_pod_log(pod.metadata.name, NAMESPACE)
     assert gpu_resources(core) == (None, None)
 
     # 4. A new pod (what `kubectl rollout restart` makes) gets a sandbox from the nvidia runtime: the real
     # plugin registers the four GPUs with the real kubelet.
     core.delete_namespaced_pod(pod.metadata.name, NAMESPACE)
-    wait_for('nvidia.com/gpu on %s' % NODE, lambda: gpu_resources(core) == ('4', '4'))
+    wait_for('nvidia.com/gpu on %s' % NODE, lambda: gpu_resources(core) == ('4', '4'), timeout=180,
+             report=lambda: plugin_report(core))
     new_pod = plugin_pod(core)
     assert new_pod.metadata.uid != pod.metadata.uid
     assert REGISTERED % 'nvidia.com/gpu' in core.read_namespaced_pod_log(
@@ -270,9 +286,18 @@ def test_real_plugin_registers_what_gpu_resources_expects(real_lab, api, tmp_pat
         core.delete_namespaced_pod(old.metadata.name, NAMESPACE)
     resources = expected['resources'][case]
     pod = wait_for('a new plugin pod to register %s' % sorted(resources), lambda: registered(core, old, resources),
-                   timeout=180)
-    wait_for('%s to offer %s (%s)' % (NODE, resources, case), lambda: advertised(core) == resources)
+                   timeout=180, report=lambda: plugin_report(core))
+    wait_for('%s to offer %s (%s)' % (NODE, resources, case), lambda: advertised(core) == resources,
+             report=lambda: plugin_report(core))
     assert plugin_pod(core).metadata.uid == pod.metadata.uid
+
+
+def plugin_report(core):
+    """The plugin pods and the kube-system events, for a failure message."""
+    events = ['%s %s/%s: %s %s' % (e.last_timestamp or e.event_time, e.involved_object.kind, e.involved_object.name,
+                                   e.reason, e.message)
+              for e in core.list_namespaced_event(NAMESPACE).items]
+    return '%s\nevents:\n%s' % (pods_report(core, NAMESPACE, PLUGIN_LABEL), '\n'.join(events))
 
 
 def node_feature(kubernetes, custom, name):
@@ -366,10 +391,8 @@ def test_real_gfd_labels_through_real_nfd_equal_gfd_labels(real_lab, api, tmp_pa
     # Through the real NFD: nfd-master (its own deployment) turns the NodeFeature into the Node's labels.
     for obj in nfd_master_objects():
         kubernetes.utils.create_from_dict(client, obj)
-    try:
-        wait_for('nfd-master to label %s' % NODE, lambda: labels_present(core, expected['labels']), timeout=180)
-    except AssertionError as exc:
-        raise AssertionError('%s\n%s' % (exc, pods_report(core, GFD_NAMESPACE, 'app=nfd-master')))
+    wait_for('nfd-master to label %s' % NODE, lambda: labels_present(core, expected['labels']), timeout=180,
+             report=lambda: pods_report(core, GFD_NAMESPACE, 'app=nfd-master'))
     annotations = core.read_node(NODE).metadata.annotations
     # nfd-master records the labels it owns: exactly GFD's.
     assert set(annotations['nfd.node.kubernetes.io/feature-labels'].split(',')) == set(expected['labels'])
