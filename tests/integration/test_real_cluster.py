@@ -22,6 +22,8 @@ import yaml
 
 import lab_control
 import require
+from ansible_collections.gpuready.nvidia.plugins.module_utils import doctor_checks, doctor_evidence
+from ansible_collections.gpuready.nvidia.plugins.module_utils.doctor_causes import Finding
 from fake_nvml import harness
 from playbook import run_tasks
 
@@ -134,8 +136,8 @@ def crash_looping(core, uid=None, restarted_more_than=1):
 
 def back_off_events(core, pod):
     """The kubelet's BackOff events for the pod (its own words for a crash loop)."""
-    return [event for event in core.list_namespaced_event(
-        NAMESPACE, field_selector='involvedObject.uid=%s,reason=BackOff' % pod.metadata.uid).items]
+    return core.list_namespaced_event(
+        NAMESPACE, field_selector='involvedObject.uid=%s,reason=BackOff' % pod.metadata.uid).items
 
 
 def advertised(core):
@@ -149,6 +151,21 @@ def advertised(core):
 def gpu_resources(core):
     status = core.read_node(NODE).status
     return status.capacity.get('nvidia.com/gpu'), status.allocatable.get('nvidia.com/gpu')
+
+
+def doctor_says(core, apps, checks, expected=None):
+    """What the doctor's API-side checks (`checks`, in the chain's order) conclude about NODE from what the
+    real cluster answers through the doctor's own reads: (cause, evidence) of the first broken one, or None.
+    The node-side links need the node's Python (doctor_node_evidence) and are not judged here."""
+    kubernetes = require.module('kubernetes')
+    evidence = doctor_evidence.api_evidence(core, apps, kubernetes.client.NodeV1Api(core.api_client), [NODE])
+    node = doctor_checks.NodeEvidence(NODE, None, evidence, expected, {})
+    try:
+        for check in checks:
+            check(node)
+    except Finding as finding:
+        return finding.cause, finding.evidence
+    return None
 
 
 def configure_containerd(real_lab, tmp_path):
@@ -188,6 +205,9 @@ def test_seed_reproduced_and_fixed_on_the_real_cluster(real_lab, api, tmp_path):
     back_off = wait_for('the kubelet to report the back-off', lambda: back_off_events(core, pod))
     assert back_off[0].message.startswith('Back-off restarting failed container'), back_off[0].message
     assert gpu_resources(core) == (None, None)
+    # The doctor reads the real plugin's own words as the cause.
+    cause, evidence = doctor_says(core, apps, (doctor_checks.check_plugin_scheduled, doctor_checks.check_plugin_running))
+    assert cause == 'plugin_nvml_load_failed' and NVML_MISSING in evidence[0], (cause, evidence)
 
     # 2. The fix: our module makes nvidia the default, containerd restarts.
     result = configure_containerd(real_lab, tmp_path)
@@ -214,6 +234,9 @@ def test_seed_reproduced_and_fixed_on_the_real_cluster(real_lab, api, tmp_path):
     assert new_pod.metadata.uid != pod.metadata.uid
     assert REGISTERED % 'nvidia.com/gpu' in core.read_namespaced_pod_log(
         new_pod.metadata.name, NAMESPACE)
+    assert doctor_says(core, apps, (doctor_checks.check_plugin_scheduled, doctor_checks.check_plugin_running,
+                                    doctor_checks.check_capacity, doctor_checks.check_allocatable),
+                       expected={'nvidia.com/gpu': 4}) is None
 
     # 5. A pod asking for one GPU runs nvidia-smi and sees exactly one Tesla P4.
     core.create_namespaced_pod('default', gpu_test_pod('gpu-test', 1, ['nvidia-smi', '-L']))
@@ -229,6 +252,10 @@ def test_seed_reproduced_and_fixed_on_the_real_cluster(real_lab, api, tmp_path):
     assert condition[0].reason == 'Unschedulable'
     assert condition[0].message.startswith('0/1 nodes are available: 1 Insufficient nvidia.com/gpu.'), (
         condition[0].message)
+    # The doctor's workload link quotes the real scheduler.
+    cause, evidence = doctor_says(core, apps, (doctor_checks.check_workload,))
+    assert cause == 'gpu_request_unschedulable', (cause, evidence)
+    assert 'default/gpu-test-5' in evidence[0] and condition[0].message in evidence[0], evidence
 
 
 @pytest.fixture(scope='module')
