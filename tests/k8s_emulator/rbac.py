@@ -10,8 +10,9 @@ matches. ClusterRoleBindings grant everywhere, RoleBindings only in their namesp
 of that namespace or a ClusterRole).
 
 Escalation prevention, as the API server's RBAC storage does it: writing a (Cluster)Role needs every
-permission it grants, or `escalate` on it; writing a (Cluster)RoleBinding needs every permission of the
-role it refers to, or `bind` on that role. A wildcard in the new rule is held only through the same
+permission it grants, or `escalate` on the request's name (a create has none, so `escalate` with
+resourceNames holds only for a PATCH or PUT that names the role, as kube-apiserver 1.37 answers it);
+writing a (Cluster)RoleBinding needs every permission of the role it refers to, or `bind` on that role. A wildcard in the new rule is held only through the same
 wildcard. Not modelled: aggregated ClusterRoles (their rules are filled by a controller),
 nonResourceURLs rules (only system:masters may grant them here), impersonation.
 """
@@ -107,10 +108,11 @@ class Authorizer:
         """The rules this user could not grant for lack of holding them (in namespace, or cluster-wide)."""
         return [rule for rule in rules if not self._holds(user, groups, rule, namespace)]
 
-    def escalation(self, user, groups, resource, namespace, obj):
-        """None when user may write obj (a role or a binding, as it would be stored), else why not."""
+    def escalation(self, user, groups, resource, namespace, obj, name=None):
+        """None when user may write obj (a role or a binding, as it would be stored) by a request naming
+        `name` (None for a create), else why not."""
         if resource in ('clusterroles', 'roles'):
-            if self.allowed(user, groups, 'escalate', RBAC, resource, namespace, obj['metadata'].get('name')):
+            if self.allowed(user, groups, 'escalate', RBAC, resource, namespace, name):
                 return None
             rules = obj.get('rules') or ()
         else:

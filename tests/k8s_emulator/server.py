@@ -484,7 +484,7 @@ class ApiServer:
                 obj = self.store.patch(rtype, namespace, route.name, request.content_type, body, None, True)
         else:
             obj = self._body(request) or {}
-        why = self.authorizer.escalation(user.name, user.groups, rtype.resource, namespace, obj)
+        why = self.authorizer.escalation(user.name, user.groups, rtype.resource, namespace, obj, route.name)
         if why:
             name = (obj.get('metadata') or {}).get('name') or route.name
             raise ApiError(403, '%s "%s" is forbidden: %s' % (rtype.qualified, name, why), reason='Forbidden')

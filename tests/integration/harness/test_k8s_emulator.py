@@ -976,7 +976,16 @@ def test_rbac_role_and_binding_writes_cannot_grant_more_than_the_writer_holds(em
     emu.patch(rbac_api, 'ClusterRole', 'esc-writer', {'rules': emu.get(rbac_api, 'ClusterRole', 'esc-writer')['rules'] + [
         {'apiGroups': ['rbac.authorization.k8s.io'], 'resources': ['clusterroles'], 'verbs': ['escalate', 'bind'],
          'resourceNames': ['esc-more', 'esc-node-patcher']}]})
-    writer.create_cluster_role({'metadata': {'name': 'esc-more'}, 'rules': node_patcher['rules']})
+    # A create carries no name for the escalate check (the real API server refuses it too,
+    # tests/integration/test_control_plane.py); a server-side apply names the role.
+    with pytest.raises(ApiException) as denied:
+        writer.create_cluster_role({'metadata': {'name': 'esc-more'}, 'rules': node_patcher['rules']})
+    assert denied.value.status == 403
+    assert 'is attempting to grant RBAC permissions not currently held' in status_of(denied.value)['message']
+    roles = dynamic.DynamicClient(writer.api_client).resources.get(api_version=rbac_api, kind='ClusterRole')
+    roles.server_side_apply(body={'apiVersion': rbac_api, 'kind': 'ClusterRole', 'metadata': {'name': 'esc-more'},
+                                  'rules': node_patcher['rules']}, name='esc-more', field_manager='t')
+    assert emu.get(rbac_api, 'ClusterRole', 'esc-more')['rules'] == node_patcher['rules']
     writer.create_cluster_role_binding(binding('esc-b1', 'esc-node-patcher'))
     with pytest.raises(ApiException) as denied:  # escalate names esc-more, not esc-reader
         writer.patch_cluster_role('esc-reader', {'rules': node_patcher['rules']})
