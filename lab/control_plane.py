@@ -175,10 +175,12 @@ def kubeconfig(server, ca_file, cert_file, key_file, user, embed=False):
 
 
 class ControlPlane:
-    """`ControlPlane(run_dir).up()` / `.down()`; `.kubeconfig_path("admin")` after up."""
+    """`ControlPlane(run_dir).up()` / `.down()`; `.kubeconfig_path("admin")` after up. `apiserver_args`:
+    more kube-apiserver flags (a test's, e.g. --watch-cache=false)."""
 
-    def __init__(self, run_dir):
+    def __init__(self, run_dir, apiserver_args=()):
         self.run_dir = os.path.abspath(run_dir)
+        self.apiserver_args = list(apiserver_args)
         self.pki_dir = os.path.join(self.run_dir, "pki")
         self.state_path = os.path.join(self.run_dir, "control-plane.json")
         self.state = self._read_state()
@@ -324,7 +326,7 @@ class ControlPlane:
             "--service-account-issuer=" + SA_ISSUER,
             "--service-account-key-file=%s" % os.path.join(self.pki_dir, "sa.pub"),
             "--service-account-signing-key-file=%s" % p("sa")[1],
-            "--profiling=false"])
+            "--profiling=false"] + self.apiserver_args)
         self._wait("kube-apiserver", self.server + "/readyz", timeout, self._tls_context("admin"))
         common = ["--bind-address=" + lab_ip, "--leader-elect=false"]
         cm = self.kubeconfig_path("controller-manager")

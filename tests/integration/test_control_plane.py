@@ -8,12 +8,16 @@ import copy
 import json
 import os
 import re
+import subprocess
+import sys
 import time
 
 import pytest
 import yaml
 
 import gfd_cases as cases
+import lab_control
+from ansible_collections.gpuready.nvidia.plugins.module_utils.k8s import api as k8s_api
 import manifest_render
 import require
 from playbook import run_tasks
@@ -310,3 +314,117 @@ def test_server_side_apply_removes_what_the_template_no_longer_renders(tmp_path,
     proc, again = _device_plugin_role(tmp_path, control_plane, 'none')
     assert _changed(proc) == 0, proc.stdout[-6000:]
     assert again['metadata']['resource_version'] == plain['metadata']['resource_version']
+
+
+class _RecordedList(object):
+    """A list function (core.list_node) that records each request and every event the real server streams
+    to a watch; with `resume_from`, the first watch asks from that resourceVersion instead (a watch resumed
+    long after its list, as after a dropped connection)."""
+
+    def __init__(self, list_func, resume_from=None):
+        self.list_func = list_func
+        self.resume_from = resume_from
+        self.requests = []
+        self.events = []
+
+    def __call__(self, **kwargs):
+        if kwargs.get('watch') and self.resume_from:
+            kwargs['resource_version'], self.resume_from = self.resume_from, None
+        self.requests.append(dict((k, v) for k, v in kwargs.items() if not k.startswith('_')))
+        response = self.list_func(**kwargs)
+        return _RecordedStream(response, self.events) if kwargs.get('watch') else response
+
+
+class _RecordedStream(object):
+    def __init__(self, response, events):
+        self._response = response
+        self._events = events
+
+    def stream(self, amount):
+        pending = b''
+        for chunk in self._response.stream(amount):
+            pending += chunk
+            lines = pending.split(b'\n')
+            pending = lines.pop()
+            self._events.extend(json.loads(line) for line in lines if line.strip())
+            yield chunk
+
+    def close(self):
+        self._response.close()
+
+    def release_conn(self):
+        self._response.release_conn()
+
+
+def _watch_nodes(kube):
+    kubernetes, api = kube
+    core = kubernetes.client.CoreV1Api(api)
+    for name in ('watch-1', 'watch-2'):
+        if not core.list_node(field_selector='metadata.name=' + name).items:
+            core.create_node({'apiVersion': 'v1', 'kind': 'Node', 'metadata': {'name': name, 'labels': {'watched': 'yes'}}})
+    return core
+
+
+def test_the_watch_takes_the_real_servers_bookmarks_as_progress_not_objects(kube):
+    """Validation's watch (k8s.api.follow, allowWatchBookmarks) on the real server: a BOOKMARK (sent about 2 s
+    before the watch's timeout) carries only a resourceVersion, and the nodes followed stay exactly the two."""
+    core = _watch_nodes(kube)
+    recorded = _RecordedList(core.list_node)
+    objects = k8s_api.follow(recorded, 'watched=yes', 500, time.monotonic() + 10, lambda nodes: False, 'the nodes')
+    assert sorted(objects) == ['watch-1', 'watch-2']
+    bookmarks = [e for e in recorded.events if e['type'] == 'BOOKMARK']
+    assert bookmarks, recorded.events
+    assert all(set(b['object']['metadata']) <= {'resourceVersion', 'annotations'} for b in bookmarks), bookmarks
+    assert all(r.get('allow_watch_bookmarks') for r in recorded.requests if r.get('watch'))
+
+
+def _compact_etcd(control_plane, revision):
+    """What kube-apiserver has etcd do every 5 minutes (--etcd-compaction-interval), now: forget every
+    revision before `revision` (etcd's JSON gateway, on its client URL inside the control plane's network)."""
+    script = ('import sys, urllib.request; urllib.request.urlopen(urllib.request.Request('
+              '"http://127.0.0.1:2379/v3/kv/compaction", data=sys.argv[1].encode(), method="POST"), timeout=10).read()')
+    subprocess.run(['ip', 'netns', 'exec', control_plane.state['network']['name'], sys.executable, '-c', script,
+                    json.dumps({'revision': str(revision), 'physical': True})], check=True)
+
+
+@pytest.fixture
+def uncached_control_plane(tmp_path):
+    """A control plane of its own whose kube-apiserver has no watch cache: it asks etcd for every watch,
+    as it does with a cache once the requested revision has left the cache's window (minutes on a busy
+    cluster); that is what makes a compaction answer 410 in a test's time."""
+    module = lab_control.script('lab/control_plane.py', 'gpuready_control_plane')
+    plane = module.ControlPlane(str(tmp_path / 'uncached'), apiserver_args=['--watch-cache=false'])
+    try:
+        yield plane.up()
+    finally:
+        left = plane.down()
+        if left:
+            raise AssertionError('control plane down left: %s' % ', '.join(left))
+
+
+def test_the_watch_lists_again_when_the_real_server_says_410(uncached_control_plane):
+    """A watch resumed from a resourceVersion that etcd has compacted away is answered 410 Gone by the real
+    server; follow lists again, and its next watch sees a change made after that list."""
+    kubernetes = require.module('kubernetes')
+    control_plane = uncached_control_plane
+    core = _watch_nodes((kubernetes, kubernetes.config.new_client_from_config(control_plane.kubeconfig_path('admin'))))
+    old = core.list_node(label_selector='watched=yes').metadata.resource_version
+    for phase in ('one', 'two', 'before'):
+        latest = core.patch_node('watch-2', {'metadata': {'labels': {'phase': phase}}}).metadata.resource_version
+    _compact_etcd(control_plane, latest)
+    recorded = _RecordedList(core.list_node, resume_from=old)
+
+    def done(nodes):
+        if len(recorded.requests) == 3 and not changed:  # listed again after the 410: change a node now
+            core.patch_node('watch-2', {'metadata': {'labels': {'phase': 'after'}}})
+            changed.append(True)
+        return nodes.get('watch-2', {}).get('metadata', {}).get('labels', {}).get('phase') == 'after'
+
+    changed = []
+    objects = k8s_api.follow(recorded, 'watched=yes', 500, time.monotonic() + 60, done, 'the nodes')
+    seen = [(e['type'], e['object'].get('code'), e['object'].get('metadata', {}).get('name')) for e in recorded.events]
+    assert objects['watch-2']['metadata']['labels']['phase'] == 'after', (recorded.requests, seen)
+    # list, the watch refused, a second list, the watch that saw the change
+    assert [bool(r.get('watch')) for r in recorded.requests] == [False, True, False, True], recorded.requests
+    assert [e['type'] for e in recorded.events] == ['ERROR', 'MODIFIED'], seen
+    assert recorded.events[0]['object']['code'] == 410, recorded.events[0]
