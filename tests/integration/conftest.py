@@ -200,23 +200,36 @@ def lab(lab_module, k8s_api, tmp_path_factory):  # pylint: disable=redefined-out
             raise AssertionError('lab down left: %s' % '; '.join(problems))
 
 
-@pytest.fixture(scope='session')
-def control_plane(tmp_path_factory):
-    """The lab's real control plane (lab/control_plane.py: etcd, kube-apiserver, controller-manager,
-    scheduler from lab/go), one per pytest run, in a run dir of its own."""
+def _running_control_plane(run_dir, apiserver_args=()):
+    """Yields lab/control_plane.py's control plane, up in run_dir, and stops it afterwards."""
     module = lab_control.script('lab/control_plane.py', 'gpuready_control_plane')
     try:
         for program in module.PROCESSES:
             module.binary(program)
     except module.ControlPlaneError as err:
         require.missing(str(err))
-    plane = module.ControlPlane(str(tmp_path_factory.mktemp('control-plane')))
+    plane = module.ControlPlane(run_dir, apiserver_args=apiserver_args)
     try:
         yield plane.up()
     finally:
         left = plane.down()
         if left:
             raise AssertionError('control plane down left: %s' % ', '.join(left))
+
+
+@pytest.fixture(scope='session')
+def control_plane(tmp_path_factory):
+    """The lab's real control plane (lab/control_plane.py: etcd, kube-apiserver, controller-manager,
+    scheduler from lab/go), one per pytest run, in a run dir of its own."""
+    yield from _running_control_plane(str(tmp_path_factory.mktemp('control-plane')))
+
+
+@pytest.fixture
+def uncached_control_plane(tmp_path):
+    """A control plane of its own whose kube-apiserver has no watch cache: it asks etcd for every watch,
+    as it does with a cache once the requested revision has left the cache's window (minutes on a busy
+    cluster); that is what makes a compaction answer 410 in a test's time."""
+    yield from _running_control_plane(str(tmp_path / 'uncached'), apiserver_args=['--watch-cache=false'])
 
 
 @pytest.fixture(scope='session')

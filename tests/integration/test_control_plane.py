@@ -16,7 +16,6 @@ import pytest
 import yaml
 
 import gfd_cases as cases
-import lab_control
 from ansible_collections.gpuready.nvidia.plugins.module_utils.k8s import api as k8s_api
 import manifest_render
 import require
@@ -173,14 +172,13 @@ def test_pod_security_admits_our_pods_at_the_level_we_label_and_not_one_stricter
 
 
 def wait_for_default_service_account(core, kubernetes, namespace, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            return core.read_namespaced_service_account('default', namespace)
-        except kubernetes.client.ApiException as exc:
-            if exc.status != 404:
-                raise
-        time.sleep(0.25)
+    """Until the service account controller has made `default` in namespace (a watch, from the start)."""
+    watch = kubernetes.watch.Watch()
+    for event in watch.stream(core.list_namespaced_service_account, namespace, field_selector='metadata.name=default',
+                              timeout_seconds=timeout):
+        if event['type'] in ('ADDED', 'MODIFIED'):
+            watch.stop()
+            return event['object']
     raise AssertionError('no ServiceAccount default in %s after %ss' % (namespace, timeout))
 
 
@@ -195,10 +193,10 @@ def _rbac_objects():
             for obj in manifest_render.render('feature_discovery', template) if obj['kind'] in RBAC_KINDS]
 
 
-def _apply_as(kubernetes, kubeconfig, obj, create=False):
-    """What the API says to `obj` applied as the roles apply it (server-side apply, field manager
-    gpuready.nvidia), or created with a POST when `create`: None when accepted, else 'status message'."""
-    client = kubernetes.dynamic.DynamicClient(kubernetes.config.new_client_from_config(kubeconfig))
+def _apply_as(kubernetes, client, obj, create=False):
+    """What the API says to `obj` applied through `client` (a DynamicClient) as the roles apply it (server-side
+    apply, field manager gpuready.nvidia), or created with a POST when `create`: None when accepted, else
+    'status message'."""
     resource = client.resources.get(api_version=obj['apiVersion'], kind=obj['kind'])
     namespace = obj['metadata'].get('namespace')
     try:
@@ -235,7 +233,8 @@ def test_the_shipped_clusterrole_grants_nfd_and_gfd_their_roles_on_the_real_auth
         'apiVersion': 'rbac.authorization.k8s.io/v1', 'kind': 'ClusterRoleBinding', 'metadata': {'name': user},
         'roleRef': {'apiGroup': 'rbac.authorization.k8s.io', 'kind': 'ClusterRole', 'name': user},
         'subjects': [{'kind': 'User', 'name': user, 'apiGroup': 'rbac.authorization.k8s.io'}]})
-    kubeconfig = control_plane.issue_kubeconfig(user, user)
+    client = kubernetes.dynamic.DynamicClient(
+        kubernetes.config.new_client_from_config(control_plane.issue_kubeconfig(user, user)))
     objects = _rbac_objects()
     assert sorted(set(o['kind'] for o in objects)) == sorted(RBAC_KINDS)
     for name in set(o['metadata']['namespace'] for o in objects if o['metadata'].get('namespace')):
@@ -245,7 +244,7 @@ def test_the_shipped_clusterrole_grants_nfd_and_gfd_their_roles_on_the_real_auth
     try:
         for obj in objects:
             answers['%s %s' % (obj['kind'], obj['metadata']['name'])] = _apply_as(
-                kubernetes, kubeconfig, obj, create=variant == 'created with POST')
+                kubernetes, client, obj, create=variant == 'created with POST')
     finally:
         admin = kubernetes.dynamic.DynamicClient(api)
         for obj in objects:  # as admin: each variant starts from none of them
@@ -385,21 +384,6 @@ def _compact_etcd(control_plane, revision):
               '"http://127.0.0.1:2379/v3/kv/compaction", data=sys.argv[1].encode(), method="POST"), timeout=10).read()')
     subprocess.run(['ip', 'netns', 'exec', control_plane.state['network']['name'], sys.executable, '-c', script,
                     json.dumps({'revision': str(revision), 'physical': True})], check=True)
-
-
-@pytest.fixture
-def uncached_control_plane(tmp_path):
-    """A control plane of its own whose kube-apiserver has no watch cache: it asks etcd for every watch,
-    as it does with a cache once the requested revision has left the cache's window (minutes on a busy
-    cluster); that is what makes a compaction answer 410 in a test's time."""
-    module = lab_control.script('lab/control_plane.py', 'gpuready_control_plane')
-    plane = module.ControlPlane(str(tmp_path / 'uncached'), apiserver_args=['--watch-cache=false'])
-    try:
-        yield plane.up()
-    finally:
-        left = plane.down()
-        if left:
-            raise AssertionError('control plane down left: %s' % ', '.join(left))
 
 
 def test_the_watch_lists_again_when_the_real_server_says_410(uncached_control_plane):
