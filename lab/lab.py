@@ -2,12 +2,12 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The lab: GPU nodes in podman (see lab/README.md).
 
-    python lab/lab.py up [--nodes gpu-p4,gpu-h100]   build/use the cached images, start the nodes,
-                                                     the API emulator, write inventory + kubeconfig
-                                                     (gpu-p4-v3, on containerd 2.x, only when named)
-    ... --kubernetes real                            the real control plane (lab/control_plane.py) and
-                                                     the real kubelet in each node instead (in progress,
-                                                     lab/README.md "The real cluster")
+    python lab/lab.py up [--nodes gpu-p4,gpu-h100]   build/use the cached images, start the real control plane
+                                                     (lab/control_plane.py) and the nodes, each with the real
+                                                     kubelet; write inventory + kubeconfig (gpu-p4-v3, on
+                                                     containerd 2.x, only when named)
+    ... --kubernetes emulated                        the API emulator and the simulated kubelet instead (the
+                                                     Molecule scenarios, until they move; lab/README.md)
     python lab/lab.py down                           remove everything, check that nothing is left
     python lab/lab.py env                            print the exports for Ansible and kubectl
     ... --prefix P --run-dir D                       a second lab beside the first (Molecule scenarios)
@@ -101,11 +101,13 @@ class LabError(RuntimeError):
 
 
 class Lab:
-    """``Lab(emulator=None).up()`` / ``.down()``. With ``emulator`` (a running
-    k8s_emulator.client.Emulator) the nodes are registered there; without, the lab starts its own
-    emulator in the background (pid file .cache/lab/run/k8s-api.pid)."""
+    """``Lab().up()`` / ``.down()``: the nodes around the real control plane (``kubernetes="real"``, its
+    state under <run_dir>/control-plane), each with the real kubelet. ``kubernetes="emulated"`` (the Molecule
+    scenarios, until they move): the simulated kubelet and controllers, registering the nodes in ``emulator``
+    (a running k8s_emulator.client.Emulator) or in an emulator the lab starts in the background (pid file
+    <run_dir>/k8s-api.pid)."""
 
-    def __init__(self, cache=None, emulator=None, nodes=None, prefix=PREFIX, run_dir=None, kubernetes="emulated"):
+    def __init__(self, cache=None, emulator=None, nodes=None, prefix=PREFIX, run_dir=None, kubernetes="real"):
         self.cache = os.path.abspath(cache or os.environ.get("LAB_CACHE") or os.path.join(ROOT, ".cache", "lab"))
         self.prefix = prefix
         self.run_dir = run_dir or os.path.join(self.cache, "run")
@@ -211,6 +213,9 @@ class Lab:
             shutil.copyfile(self.emulator.kubeconfig(), state["kubeconfig"])
             state["emulator_url"] = self.emulator.url
         state["inventory"] = self._write_inventory()
+        # Where the nodes reach this machine (a mirror served here for them listens there)
+        state["host_address"] = (self.control_plane.state["network"]["machine_ip"] if self.kubernetes == "real"
+                                 else "127.0.0.1")
         with open(self.state_path, "w") as handle:
             json.dump(state, handle, indent=1)
         self.timings["up_s"] = round(time.monotonic() - t_start, 1)
@@ -258,7 +263,9 @@ class Lab:
         if self.kubernetes == "real":
             # A network namespace of its own on the control plane's segment, as a machine has.
             netns, node_ip = control_plane.attach_node(self.control_plane.state["network"], index)
-            network = ["--network", "ns:/run/netns/" + netns]
+            # podman writes no /etc/hosts line for the hostname in a network namespace it did not make, and
+            # sudo (the become of Ansible) resolves its own host name: 20 s of DNS timeouts per task without it.
+            network = ["--network", "ns:/run/netns/" + netns, "--add-host", "%s:%s" % (name, node_ip)]
             for program in ("kubelet", "kube-proxy"):
                 mounts += ["-v", "%s:/usr/bin/%s:ro" % (self._go_binary(program), program)]
         tree, count = self._node_tree(name, case, harness, tmp, node_ip)
@@ -419,8 +426,12 @@ class Lab:
                  "all:", "  children:", "    gpu_nodes:", "      vars:",
                  "        # The nodes' GPUs are in a fake sysfs and DMI file (lab/README.md); their own /sys is the host's",
                  "        gpuready_sysfs_root: %s" % FAKE_SYSFS_ROOT,
-                 "        gpuready_dmi_product_file: %s" % FAKE_DMI_PRODUCT_FILE,
-                 "      hosts:"]
+                 "        gpuready_dmi_product_file: %s" % FAKE_DMI_PRODUCT_FILE]
+        if self.kubernetes == "real":
+            lines += ["        # The images the lab built from the Go modules lab/go pins (lab/go/README.md says why these)",
+                      "        gpuready_device_plugin_version: %s" % control_plane.gobuild.component("device-plugin").version,
+                      "        gpuready_nfd_version: %s" % control_plane.gobuild.component("nfd").version]
+        lines += ["      hosts:"]
         for name in self.names:
             spec = NODES[name]
             lines += ["        %s:" % spec["inventory"],
@@ -557,7 +568,8 @@ class Lab:
             state = json.load(handle)
         nodes = " ".join("%s=%s" % (name, info["container"]) for name, info in state["nodes"].items())
         return {"KUBECONFIG": state["kubeconfig"], "GPUREADY_LAB_INVENTORY": state["inventory"],
-                "GPUREADY_LAB_NODES": nodes, "CONTAINERS_CONF": self.env["CONTAINERS_CONF"],
+                "GPUREADY_LAB_NODES": nodes, "GPUREADY_LAB_HOST_ADDRESS": state["host_address"],
+                "CONTAINERS_CONF": self.env["CONTAINERS_CONF"],
                 "CONTAINERS_STORAGE_CONF": self.env["CONTAINERS_STORAGE_CONF"]}
 
 
@@ -624,8 +636,8 @@ def main():
     parser.add_argument("--prefix", default=PREFIX,
                         help="container name prefix (default %s); labs with other prefixes run beside it" % PREFIX)
     parser.add_argument("--run-dir", help="run state folder (default .cache/lab/run); one per prefix")
-    parser.add_argument("--kubernetes", choices=("emulated", "real"), default="emulated",
-                        help="the API emulator and simulated kubelets (default), or the real control plane and kubelet")
+    parser.add_argument("--kubernetes", choices=("emulated", "real"), default="real",
+                        help="the real control plane and kubelet (default), or the API emulator and simulated kubelets")
     args = parser.parse_args()
     try:
         lab = Lab(nodes=[n for n in args.nodes.split(",") if n], prefix=args.prefix, run_dir=args.run_dir,

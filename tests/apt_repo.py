@@ -9,7 +9,7 @@ version given, so a test can check that the pinned version was chosen over a new
 signed by a throwaway key made for each build.
 
     build(out_dir, versions=("1.17.8-1", "1.18.0-1"))  ->  dict of paths (see build)
-    serve(out_dir)                                      ->  (url, stop): HTTP on 127.0.0.1
+    serve(out_dir)                                      ->  (url, stop): HTTP on 127.0.0.1 (or host=)
 
 Layout of ``out_dir`` (served as it is, so URL + "/repo" is the repository URL and
 URL + "/gpgkey.asc" a key URL):
@@ -204,10 +204,10 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-def serve(out_dir, port=0):
-    """Serves out_dir over HTTP on 127.0.0.1 (port 0: a free one) from a thread; returns (url, stop)."""
+def serve(out_dir, port=0, host="127.0.0.1"):
+    """Serves out_dir over HTTP on host (port 0: a free one) from a thread; returns (url, stop)."""
     handler = functools.partial(_QuietHandler, directory=os.path.abspath(out_dir))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+    server = http.server.ThreadingHTTPServer((host, port), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, name="apt-repo-http", daemon=True)
     thread.start()
@@ -217,11 +217,11 @@ def serve(out_dir, port=0):
         server.server_close()
         thread.join()
 
-    return "http://127.0.0.1:%d" % server.server_address[1], stop
+    return "http://%s:%d" % (host, server.server_address[1]), stop
 
 
-def _serve_forever(out_dir, port_file, port=0):
-    url, stop = serve(out_dir, port)
+def _serve_forever(out_dir, port_file, port=0, host="127.0.0.1"):
+    url, stop = serve(out_dir, port, host)
     done = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_args: done.set())
@@ -249,16 +249,17 @@ def main(argv=None):
     build_cmd.add_argument("dir")
     build_cmd.add_argument("--versions", default="1.17.8-1,1.18.0-1",
                            help="comma-separated package versions (default: %(default)s)")
-    serve_cmd = sub.add_parser("serve", help="serve DIR on 127.0.0.1 until SIGTERM or SIGINT")
+    serve_cmd = sub.add_parser("serve", help="serve DIR until SIGTERM or SIGINT")
     serve_cmd.add_argument("dir")
     serve_cmd.add_argument("--port-file", help="write the port here once listening (removed at exit)")
     serve_cmd.add_argument("--port", type=int, default=0, help="listen on this port (default: a free one)")
+    serve_cmd.add_argument("--host", default="127.0.0.1", help="listen on this address (default: %(default)s)")
     args = parser.parse_args(argv)
     if args.command == "build":
         result = build(args.dir, versions=tuple(v for v in args.versions.split(",") if v))
         print(json.dumps(result, indent=2))
         return 0
-    return _serve_forever(args.dir, args.port_file, args.port)
+    return _serve_forever(args.dir, args.port_file, args.port, args.host)
 
 
 if __name__ == "__main__":

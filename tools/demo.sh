@@ -21,15 +21,17 @@ mkdir -p "$demo"
 [ -f "$demo/apt-repo/repo/InRelease" ] || .venv/bin/python tests/apt_repo.py build "$demo/apt-repo"
 
 rm -f "$demo/apt-repo.port"
-# A fixed port: the mirror's URL lands in the nodes' apt sources, and a new one would change them every run
-.venv/bin/python tests/apt_repo.py serve "$demo/apt-repo" --port "${DEMO_MIRROR_PORT:-38471}" --port-file "$demo/apt-repo.port" >"$demo/apt-repo.log" 2>&1 &
+# A fixed port: the mirror's URL lands in the nodes' apt sources, and a new one would change them every run.
+# It listens where the nodes reach this machine (GPUREADY_LAB_HOST_ADDRESS).
+.venv/bin/python tests/apt_repo.py serve "$demo/apt-repo" --host "$GPUREADY_LAB_HOST_ADDRESS" \
+    --port "${DEMO_MIRROR_PORT:-38471}" --port-file "$demo/apt-repo.port" >"$demo/apt-repo.log" 2>&1 &
 mirror=$!
 trap 'kill "$mirror" 2>/dev/null || true' EXIT
 for _ in $(seq 50); do [ -s "$demo/apt-repo.port" ] && break; sleep 0.2; done
 
 ansible-playbook -i "$GPUREADY_LAB_INVENTORY" gpuready.nvidia.site \
     -e node_python_wheels_dir="$PWD/$demo/wheels" -e '{"node_python_update_cache": false}' \
-    -e container_toolkit_apt_repo_url="http://127.0.0.1:$(cat "$demo/apt-repo.port")/repo" \
+    -e container_toolkit_apt_repo_url="http://$GPUREADY_LAB_HOST_ADDRESS:$(cat "$demo/apt-repo.port")/repo" \
     -e container_toolkit_gpg_key="$PWD/$demo/apt-repo/gpgkey.asc" \
     -e validate_report_path="$PWD/$demo/validation.json" \
     "$@"

@@ -54,7 +54,7 @@ def options(argv, environ):
         "machine_type_file": pick("machine-type-file", ("GFD_MACHINE_TYPE_FILE",), file_gfd.get("machineTypeFile"),
                                   "/sys/class/dmi/id/product_name"),
         "use_node_feature_api": device_plugin._bool(pick("use-node-feature-api", (
-            "GFD_USE_NODE_FEATURE_API", "USE_NODE_FEATURE_API"), file_gfd.get("useNodeFeatureAPI"), "true")),
+            "GFD_USE_NODE_FEATURE_API", "USE_NODE_FEATURE_API"), file_flags.get("useNodeFeatureAPI"), "true")),
         "sharing": device_plugin.sharing_from_config(config),
         "node_name": environ.get("NODE_NAME"),
         "namespace": environ.get("NAMESPACE") or "default",

@@ -279,6 +279,11 @@ def _headed(table):
     return next(_header_tables(table.value), None)
 
 
+def _headed_part(value):
+    """The first table with a header behind value (a table, or the parts of a split one), or None."""
+    return next((t for t in (_headed(part) for part in table_parts(value)) if t is not None), None)
+
+
 def _layout_model(doc, parent, key):
     """The table whose layout a new table in parent copies: a sibling, else the nearest header table
     below an ancestor (in Debian's stock config, a runtime added under the header-less
@@ -317,14 +322,15 @@ def _copy_indent(table, model):
         return
     header = model.trivia.indent.lstrip("\n")
     table.trivia.indent = header
-    model_values = [item_of(model, k) for k in model if not isinstance(model[k], _Table)]
-    model_tables = [_headed(item_of(model, k)) for k in model if isinstance(model[k], _Table)]
+    # A sub-table of model may be split over several headers (a proxy of its parts, not a Table)
+    model_values = [item_of(model, k) for k in model if not table_parts(model[k])]
+    model_tables = [_headed_part(model[k]) for k in model if table_parts(model[k])]
     model_tables = [t for t in model_tables if t is not None]
     key_indent = model_values[0].trivia.indent.lstrip("\n") if model_values else header
     for k in table:
         item = item_of(table, k)
         if isinstance(item, _Table):
-            alike = _headed(item_of(model, k)) if k in model and isinstance(model[k], _Table) else None
+            alike = _headed_part(model[k]) if k in model else None
             if alike is not None or model_tables:
                 _copy_indent(item, alike or model_tables[0])
             else:  # nothing alike to copy: nest one level like the keys

@@ -107,7 +107,8 @@ CAUSES = {
                                'uses: the kubelet root dir differs',
                                'mount the kubelet\'s real <root-dir>/device-plugins into the plugin'),
     'plugin_not_registered': ('kubelet_registration', 'the device plugin serves no socket in the kubelet\'s '
-                              'device-plugins folder', 'delete the device plugin pod so it registers again'),
+                              'device-plugins folder and the kubelet holds none of its devices',
+                              'delete the device plugin pod so it registers again'),
     'no_gpu_capacity': ('kubelet_registration', 'the node advertises no nvidia.com resource',
                         'read the device plugin log for its registration with the kubelet'),
     'sharing_renamed_resource': ('capacity', 'sharing renames the resource (renameByDefault), so nvidia.com/gpu '

@@ -358,9 +358,15 @@ def check_kubelet_registration(n):
             folder['dir'], 'sockets %s, no kubelet.sock' % folder['sockets'] if folder['exists'] else 'does not exist'))
     # The plugin serves one socket per resource, nvidia-<name>.sock (nvidia-gpu.sock, nvidia-gpu.shared.sock,
     # nvidia-mig-1g.10gb.sock); a stale one of an earlier plugin does not stand for the expected resource.
-    wanted = sorted('nvidia-%s.sock' % r.split('/', 1)[1] for r in n.expected)
+    wanted = dict(('nvidia-%s.sock' % r.split('/', 1)[1], r) for r in n.expected)
     present = [s for s in folder['sockets'] if s.startswith('nvidia')]
-    missing = [w for w in wanted if w not in present] if wanted else ([] if present else ['nvidia*.sock'])
+    missing = sorted(w for w in wanted if w not in present) if wanted else ([] if present else ['nvidia*.sock'])
+    # The kubelet keeps a registration on the connection it opened to the plugin, not on the socket file: a
+    # plugin whose file is gone (removed by its previous pod, which stops after the new one has started) stays
+    # registered and its devices allocatable until the kubelet restarts, and then it registers again. Only a
+    # missing socket whose resource the kubelet does not hold as allocatable is a broken registration.
+    allocatable = _nvidia_resources((n.node or {}).get('status'), 'allocatable')
+    missing = [m for m in missing if not (allocatable.get(wanted[m], 0) if wanted else sum(allocatable.values()))]
     if missing:
         raise Finding('plugin_not_registered', '%s holds %s and no %s' % (
             folder['dir'], ', '.join(folder['sockets']), ', '.join(missing)))

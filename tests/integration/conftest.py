@@ -158,10 +158,9 @@ LAB_FIXTURES = ('lab', 'lab_v3')
 
 
 def pytest_collection_modifyitems(items):
-    """Tests that use the lab run after all others. From the moment it comes up, the lab's kubelets,
-    scheduler and controllers work against the run's shared ``k8s_api`` emulator: a test that counts the
-    requests a module makes (its audit log) or expects a pod to stay unscheduled must not share it with
-    them. Stable, so files keep their order within each group."""
+    """Tests that use the session lab or the containerd 2.x lab run after all others, so that their nodes and
+    control planes (memory, and CPU while they settle) are held only at the end of the run. Stable, so files
+    keep their order within each group."""
     items.sort(key=lambda item: any(name in LAB_FIXTURES for name in getattr(item, 'fixturenames', ())))
 
 
@@ -183,14 +182,23 @@ def pytest_sessionfinish(session):
         items[0].module.cancel_scenarios(session.config)
 
 
+def _real_components(lab_module):
+    """Fails clearly (or skips by hand) when make go-build has not built the real components."""
+    try:
+        for program in lab_module.control_plane.PROCESSES + ('kubelet', 'kube-proxy', 'kubectl'):
+            lab_module.control_plane.binary(program)
+    except lab_module.control_plane.ControlPlaneError as err:
+        require.missing(str(err))
+
+
 @pytest.fixture(scope='session')
-def lab(lab_module, k8s_api, tmp_path_factory):  # pylint: disable=redefined-outer-name
-    """One lab per pytest run (lab/lab.py, nodes gpu-p4 and gpu-h100), its Nodes registered in the
-    run's shared ``k8s_api`` emulator. Yields the Lab; ``lab.state`` is what ``up`` returned."""
+def lab(lab_module, tmp_path_factory):  # pylint: disable=redefined-outer-name
+    """One lab per pytest run (lab/lab.py, nodes gpu-p4 and gpu-h100) on the real control plane, each node
+    with the real kubelet. Yields the Lab; ``lab.state`` is what ``up`` returned."""
+    _real_components(lab_module)
     # GPUREADY_LAB_PREFIX lets two pytest runs on one machine keep their labs apart (own containers, run dir).
     prefix = os.environ.get('GPUREADY_LAB_PREFIX')
-    instance = lab_module.Lab(emulator=k8s_api, **({'prefix': prefix, 'run_dir': str(
-        tmp_path_factory.mktemp('lab-run'))} if prefix else {}))
+    instance = lab_module.Lab(**({'prefix': prefix, 'run_dir': str(tmp_path_factory.mktemp('lab-run'))} if prefix else {}))
     try:
         instance.state = instance.up()
         yield instance
@@ -198,6 +206,13 @@ def lab(lab_module, k8s_api, tmp_path_factory):  # pylint: disable=redefined-out
         problems = instance.down()
         if problems:
             raise AssertionError('lab down left: %s' % '; '.join(problems))
+
+
+@pytest.fixture(scope='session')
+def lab_api(lab):  # pylint: disable=redefined-outer-name
+    """The session lab's kube-apiserver as its admin (tests/cluster_api.py)."""
+    from cluster_api import ClusterApi
+    return ClusterApi(lab.control_plane, lab.state['kubeconfig'])
 
 
 def _running_control_plane(run_dir, apiserver_args=()):
@@ -234,15 +249,10 @@ def uncached_control_plane(tmp_path):
 
 @pytest.fixture(scope='session')
 def real_lab(lab_module, tmp_path_factory):
-    """A lab on the real control plane (``Lab(kubernetes='real')``): node gpu-p4 with the real kubelet and
-    kube-proxy, beside the run's other labs (own prefix, run dir and network namespaces)."""
-    try:
-        for program in lab_module.control_plane.PROCESSES + ('kubelet', 'kube-proxy', 'kubectl'):
-            lab_module.control_plane.binary(program)
-    except lab_module.control_plane.ControlPlaneError as err:
-        require.missing(str(err))
-    instance = lab_module.Lab(nodes=['gpu-p4'], prefix='gpuready-real-', kubernetes='real',
-                              run_dir=str(tmp_path_factory.mktemp('real-lab')))
+    """A lab of gpu-p4 alone, in the seed's state, for test_real_cluster.py (the session ``lab`` is fixed by
+    site.yml): own prefix, run dir, control plane and network namespaces."""
+    _real_components(lab_module)
+    instance = lab_module.Lab(nodes=['gpu-p4'], prefix='gpuready-real-', run_dir=str(tmp_path_factory.mktemp('real-lab')))
     try:
         instance.state = instance.up()
         yield instance

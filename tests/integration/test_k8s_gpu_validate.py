@@ -2,8 +2,8 @@
 """k8s_gpu_validate and its module_utils against the Kubernetes API emulator over HTTPS: the LIST
 and WATCH of nodes, pagination, an expired watch, time-outs naming the node, the test pod (the
 test plays the kubelet), the module through ansible-playbook under exactly the RBAC its
-documentation asks for. The test pod on the lab's gpu-p4 for real is in test_lab_cluster.py (it needs the
-lab's seed state, which that file restores)."""
+documentation asks for. The test pod on the lab's real cluster runs in test_lab_doctor.py (site.yml and the
+README's validate on both nodes)."""
 
 from __future__ import absolute_import, division, print_function
 

@@ -33,12 +33,14 @@ import time
 import pytest
 import yaml
 
+import lab_control
+from cluster_api import wait_for
 from ansible_collections.gpuready.nvidia.tests import apt_repo, offline_wheels
-from ansible_collections.gpuready.nvidia.tests.integration.test_lab_cluster import wait_for
 
 NODE, HOST = 'gpu-p4', 'p4.lab.internal'
 OTHER = 'gpu-h100'
 NAMESPACE = 'nvidia-device-plugin'
+NFD_NAMESPACE = 'node-feature-discovery'
 PLUGIN = 'nvidia-device-plugin'
 PLUGIN_LABEL = 'app.kubernetes.io/name=nvidia-device-plugin'
 FAKE_SYS = '/var/lib/nvidia-fake/sys'
@@ -46,51 +48,51 @@ CONFIG = '/etc/containerd/config.toml'
 SAVED_CONFIG = '/root/doctor-saved-config.toml'
 NVML = '/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1'
 RUNTIME = '/usr/bin/nvidia-container-runtime'
-PLUGIN_IMAGE = 'nvcr.io/nvidia/k8s-device-plugin:v0.20.0'
+# The image the lab built and imported (lab/go/device-plugin), which the lab's inventory has site.yml deploy
+PLUGIN_VERSION = lab_control.script('lab/go/gobuild.py', 'gpuready_gobuild').component('device-plugin').version
+PLUGIN_IMAGE = 'nvcr.io/nvidia/k8s-device-plugin:' + PLUGIN_VERSION
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MANIFESTS = os.path.join(ROOT, 'tests', 'fixtures', 'manifests')
 TEST_LABEL = {'gpuready.test': 'doctor'}
 with open(os.path.join(ROOT, 'roles', 'gpuready', 'files', 'clusterrole.yml')) as _clusterrole:
     SHIPPED_RULES = yaml.safe_load(_clusterrole)['rules']
 DEPLOYER = 'gpuready-lab-deployer'
+# site.yml authenticates with a bearer token: the deployer's ServiceAccount's (the name kube-apiserver gives it)
+DEPLOYER_SA = 'system:serviceaccount:default:' + DEPLOYER
 RBAC = 'rbac.authorization.k8s.io/v1'
 CLUSTER_ROLES = os.path.join(ROOT, 'tests', 'integration', 'cluster_roles.yml')
 # Cheapest first: the playbook a rule's removal is shown with is the first of these that needed it
 PLAYBOOKS = ('gpuready.nvidia.doctor', 'gpuready.nvidia.validate', CLUSTER_ROLES, 'gpuready.nvidia.site')
 # Rules the lab cannot exercise, and why
-NOT_IN_THE_LAB = {'clusterpolicies': "read where the GPU Operator's CRD exists; the emulator serves no CRDs"}
+NOT_IN_THE_LAB = {'clusterpolicies': "read only where discovery lists the GPU Operator's CRD; the lab has none"}
 
 
 class Deployer(object):
-    """The user every playbook here runs as, bound only to a ClusterRole holding the shipped rules, with
-    a bearer token and a client key to grep for afterwards. Keeps each run's output and time span."""
+    """The user every playbook here runs as, bound only to a ClusterRole holding the shipped rules: a client
+    certificate (user DEPLOYER) and a ServiceAccount's bearer token (DEPLOYER_SA), both to grep for
+    afterwards. Keeps each run's output and time span."""
 
     def __init__(self, api, work):
         self.api, self.work = api, work
-        identity = api.add_identity(DEPLOYER, token=True, client_cert=True)
-        self.token = identity.token
-        with open(identity.key) as handle:
+        person = api.user_with_certificate(DEPLOYER, str(work))
+        self.kubeconfig = person.kubeconfig
+        with open(person.key) as handle:
             self.key_pem = handle.read()
-        with open(identity.cert) as handle:
-            cert_pem = handle.read()
-        self.kubeconfig = str(work / 'deployer-kubeconfig')
-        with open(self.kubeconfig, 'w') as handle:
-            json.dump({'apiVersion': 'v1', 'kind': 'Config', 'current-context': 'lab',
-                       'clusters': [{'name': 'lab', 'cluster': {'server': api.url, 'certificate-authority': api.ca_cert}}],
-                       'users': [{'name': DEPLOYER, 'user': {
-                           'client-certificate-data': base64.b64encode(cert_pem.encode()).decode(),
-                           'client-key-data': base64.b64encode(self.key_pem.encode()).decode()}}],
-                       'contexts': [{'name': 'lab', 'context': {'cluster': 'lab', 'user': DEPLOYER}}]}, handle)
-        os.chmod(self.kubeconfig, 0o600)
+        self.token = api.service_account_token(DEPLOYER).token
         role = {'apiVersion': RBAC, 'kind': 'ClusterRole', 'metadata': {'name': DEPLOYER}, 'rules': SHIPPED_RULES}
         binding = {'apiVersion': RBAC, 'kind': 'ClusterRoleBinding', 'metadata': {'name': DEPLOYER},
                    'roleRef': {'apiGroup': 'rbac.authorization.k8s.io', 'kind': 'ClusterRole', 'name': DEPLOYER},
-                   'subjects': [{'apiGroup': 'rbac.authorization.k8s.io', 'kind': 'User', 'name': DEPLOYER}]}
+                   'subjects': [{'apiGroup': 'rbac.authorization.k8s.io', 'kind': 'User', 'name': DEPLOYER},
+                                {'kind': 'ServiceAccount', 'name': DEPLOYER, 'namespace': 'default'}]}
         for obj in (role, binding):
             if api.exists(RBAC, obj['kind'], DEPLOYER):
                 api.delete(RBAC, obj['kind'], DEPLOYER)
             api.create(obj)
         self.runs = []  # (playbook, started, ended, output)
+
+    def requests(self):
+        """The API requests the deployer made (kube-apiserver's audit log), oldest first."""
+        return [entry for entry in self.api.requests() if entry['user'] in (DEPLOYER, DEPLOYER_SA)]
 
     def grant(self, rules):
         self.api.patch(RBAC, 'ClusterRole', DEPLOYER, {'rules': rules})
@@ -133,8 +135,8 @@ def _playbook(lab, work, playbook, extra_vars, limit=None, check=True, verbose=F
 class Lab(object):
     """The session lab seen from the faults: the node gpu-p4, the API, a work folder."""
 
-    def __init__(self, lab, k8s_api, work):
-        self.lab, self.api, self.work = lab, k8s_api, work
+    def __init__(self, lab, api, work):
+        self.lab, self.api, self.work = lab, api, work
         self.container = lab.container(NODE)
         self.deployer = lab.deployer
         self.runs = 0
@@ -167,12 +169,15 @@ class Lab(object):
             self.api.delete('v1', 'Pod', pod['metadata']['name'], namespace=NAMESPACE)
 
     def healthy(self):
-        """Wait until gpu-p4's plugin runs and the Node advertises and can allocate its 4 GPUs."""
+        """Wait until gpu-p4's plugin runs, no earlier plugin pod is still stopping (the DaemonSet controller
+        starts the new pod while the old one stops) and the Node advertises and can allocate its 4 GPUs."""
         def ready():
             pods = self.plugin_pods()
+            stopping = [p for p in self.api.list('v1', 'Pod', namespace=NAMESPACE, label_selector=PLUGIN_LABEL)
+                        if p['spec'].get('nodeName') == NODE and p['metadata'].get('deletionTimestamp')]
             statuses = [s for p in pods for s in p.get('status', {}).get('containerStatuses') or []]
             status = self.node()['status']
-            return (len(pods) == 1 and statuses and all(s.get('ready') for s in statuses)
+            return (len(pods) == 1 and not stopping and statuses and all(s.get('ready') for s in statuses)
                     and status['capacity'].get('nvidia.com/gpu') == '4'
                     and status['allocatable'].get('nvidia.com/gpu') == '4')
         wait_for('gpu-p4 healthy again', ready, timeout=240, interval=1)
@@ -183,24 +188,25 @@ class Lab(object):
 
 
 @pytest.fixture(scope='module')
-def fixed(lab, k8s_api, tmp_path_factory):
+def fixed(lab, lab_api, tmp_path_factory):
     """Both lab nodes after playbooks/site.yml, run as `make demo` runs it: the nodes reach no index, so the
     wheels and a signed toolkit mirror come from this machine (served until the module ends: the tests
     without one ClusterRole rule run site.yml again)."""
     work = tmp_path_factory.mktemp('doctor')
-    lab.deployer = Deployer(k8s_api, work)
+    lab.deployer = Deployer(lab_api, work)
     wheels = str(work / 'wheels')
     offline_wheels.build(wheels)
     repo = str(work / 'apt-repo')
     apt_repo.build(repo)
-    url, stop = apt_repo.serve(repo)
+    # Where the nodes reach this machine: each node has a network namespace of its own
+    url, stop = apt_repo.serve(repo, host=lab.exports()['GPUREADY_LAB_HOST_ADDRESS'])
     try:
         site_vars = {
             'node_python_wheels_dir': wheels, 'node_python_update_cache': False,
             'container_toolkit_apt_repo_url': url + '/repo', 'container_toolkit_gpg_key': repo + '/gpgkey.asc'}
         _playbook(lab, work, 'gpuready.nvidia.site', site_vars, verbose=True)
         _playbook(lab, work, CLUSTER_ROLES, {}, limit=HOST)  # for the rule tests: what it needs on its own
-        state = Lab(lab, k8s_api, work)
+        state = Lab(lab, lab_api, work)
         state.site_vars = site_vars
         state.sh('cp -p %s %s' % (CONFIG, SAVED_CONFIG))
         state.healthy()
@@ -218,8 +224,10 @@ def test_a_healthy_lab_is_ok_on_every_link_and_runs_a_test_pod(fixed):
         assert report['links']['runtime_class'] == 'not_applicable'  # nvidia is containerd's default
         assert report['links']['workload'] == 'ok'
     assert 'gpu-p4: ok' in output
-    # The test pod was labelled, and deleted
-    assert not fixed.api.list('v1', 'Pod', namespace=NAMESPACE, label_selector='app.kubernetes.io/name=gpuready-gpu-test')
+    # The test pod was labelled, and deleted (the kubelet may still be stopping it: it has a deletionTimestamp)
+    assert not [pod for pod in fixed.api.list('v1', 'Pod', namespace=NAMESPACE,
+                                              label_selector='app.kubernetes.io/name=gpuready-gpu-test')
+                if not pod['metadata'].get('deletionTimestamp')]
 
 
 def _as_the_readme_says(lab, playbook, work):
@@ -284,6 +292,44 @@ def _start_containerd(s):
     s.healthy()
 
 
+# The plugin's process (its whole command line, so that the shell running pkill does not match)
+PLUGIN_PROCESS = "-x -f nvidia-device-plugin"
+
+
+def _plugin_misses_kubelet_restart(s):
+    """A kubelet restart empties its device-plugins folder and forgets its registrations; a plugin that cannot
+    answer then (stopped) does not register again, and the kubelet holds none of its GPUs. (Removing the socket
+    file alone does not do it: the real kubelet keeps the connection it opened.)"""
+    s.sh('pkill -STOP %s && systemctl restart kubelet' % PLUGIN_PROCESS)
+    wait_for('the restarted kubelet to hold no GPU of %s' % NODE,
+             lambda: s.node()['status'].get('allocatable', {}).get('nvidia.com/gpu') in (None, '0'), timeout=120)
+
+
+def _plugin_resumes(s):
+    # It sees the new kubelet.sock and registers again
+    s.sh('pkill -CONT %s' % PLUGIN_PROCESS)
+    s.healthy()
+
+
+PSA_ENFORCE = 'pod-security.kubernetes.io/enforce'
+
+
+def _enforce_baseline(s):
+    """PodSecurity one level stricter on the plugin's namespace: the DaemonSet controller's new pod is refused."""
+    s.saved = s.api.get('v1', 'Namespace', NAMESPACE)['metadata']['labels'][PSA_ENFORCE]
+    s.api.patch('v1', 'Namespace', NAMESPACE, {'metadata': {'labels': {PSA_ENFORCE: 'baseline'}}})
+    s.restart_plugin()
+    wait_for('the DaemonSet controller refused by PodSecurity', lambda: [
+        e for e in s.api.list('v1', 'Event', namespace=NAMESPACE, field_selector='reason=FailedCreate')
+        if 'PodSecurity' in (e.get('message') or '')], timeout=120)
+    s.no_plugin_pod()
+
+
+def _enforce_as_before(s):
+    s.api.patch('v1', 'Namespace', NAMESPACE, {'metadata': {'labels': {PSA_ENFORCE: s.saved}}})
+    s.healthy()
+
+
 def _delete_plugin_daemonset(s):
     s.saved = s.api.get('apps/v1', 'DaemonSet', PLUGIN, namespace=NAMESPACE)
     s.api.delete('apps/v1', 'DaemonSet', PLUGIN, namespace=NAMESPACE)
@@ -343,14 +389,17 @@ def _remove_plugin_image(s):
 
 
 def _import_plugin_image(s):
-    s.sh('ctr -n k8s.io images import /opt/lab/device-plugin.oci.tar >/dev/null')
+    s.sh('ctr -n k8s.io images import /opt/lab/nvidia-device-plugin.oci.tar >/dev/null')
     s.restart_plugin()
     s.healthy()
 
 
 def _second_plugin(s):
     with open(os.path.join(MANIFESTS, 'nvidia-device-plugin-v0.20.0.yml')) as handle:
-        s.api.create(yaml.safe_load(handle))
+        manifest = yaml.safe_load(handle)
+    container = manifest['spec']['template']['spec']['containers'][0]
+    container['image'] = PLUGIN_IMAGE  # the upstream static DaemonSet, at the version the lab has
+    s.api.create(manifest)
     wait_for('the second plugin on gpu-p4', lambda: [
         p for p in s.api.list('v1', 'Pod', namespace='kube-system', label_selector='name=nvidia-device-plugin-ds')
         if p['spec'].get('nodeName') == NODE], timeout=120)
@@ -411,9 +460,10 @@ FAULTS = [
      '/run/containerd/containerd.sock'),
     ('default_runtime_not_nvidia', 'runtime_class', (_runc_default_loaded, _config_back_loaded),
      'DaemonSet nvidia-device-plugin/nvidia-device-plugin has no spec.template.spec.runtimeClassName'),
-    ('plugin_not_registered', 'kubelet_registration',
-     (lambda s: s.sh('rm /var/lib/kubelet/device-plugins/nvidia-gpu.sock'), lambda s: (s.restart_plugin(), s.healthy())),
+    ('plugin_not_registered', 'kubelet_registration', (_plugin_misses_kubelet_restart, _plugin_resumes),
      'and no nvidia-gpu.sock'),
+    ('plugin_pod_not_created', 'plugin_scheduled', (_enforce_baseline, _enforce_as_before),
+     'violates PodSecurity "baseline:latest"'),
     ('device_plugin_not_deployed', 'plugin_scheduled', (_delete_plugin_daemonset, _recreate_plugin_daemonset),
      'no DaemonSet'),
     ('plugin_affinity_no_match', 'plugin_scheduled', (_require_absent_label, _restore_affinity),
@@ -500,7 +550,7 @@ PASSING_RUNS = {}
 def _passing_requests(fixed):
     """{playbook: the deployer's requests during its runs}, taken once, before any rule is removed."""
     if not PASSING_RUNS:
-        log = [entry for entry in fixed.api.requests() if entry['user'] == DEPLOYER]
+        log = fixed.deployer.requests()
         for playbook, started, ended, dummy in fixed.deployer.runs:
             PASSING_RUNS.setdefault(playbook, []).extend(e for e in log if started <= e['time'] <= ended)
     return PASSING_RUNS
@@ -519,6 +569,15 @@ def _rule_id(rule):
     return '%s:%s' % (','.join(rule['resources']), ','.join(rule['verbs']))
 
 
+def _delete_roles_and_bindings(api, names):
+    """The (Cluster)Roles of those names and the bindings the roles' templates give the same names."""
+    for name in names:
+        for kind, namespace in (('ClusterRole', None), ('ClusterRoleBinding', None),
+                                ('Role', NFD_NAMESPACE), ('RoleBinding', NFD_NAMESPACE)):
+            if api.exists(RBAC, kind, name, namespace):
+                api.delete(RBAC, kind, name, namespace)
+
+
 @pytest.mark.parametrize('index', [i for i, r in enumerate(SHIPPED_RULES) if r['resources'][0] not in NOT_IN_THE_LAB],
                          ids=[_rule_id(r) for r in SHIPPED_RULES if r['resources'][0] not in NOT_IN_THE_LAB])
 def test_without_one_rule_the_playbook_that_needs_it_fails_naming_it(fixed, index):
@@ -527,13 +586,19 @@ def test_without_one_rule_the_playbook_that_needs_it_fails_naming_it(fixed, inde
     playbook = next(p for p in PLAYBOOKS if any(_covers(rule, e) for e in by_playbook.get(p, [])))
     variables = {'gpuready.nvidia.doctor': {}, 'gpuready.nvidia.validate': {},
                  CLUSTER_ROLES: {}, 'gpuready.nvidia.site': fixed.site_vars}[playbook]
+    if rule.get('resourceNames'):
+        # kube-apiserver checks escalate and bind only where a write changes the role or binding
+        # (IsOnlyMutatingGCFields lets an unchanged one through): the run must create them again
+        _delete_roles_and_bindings(fixed.api, rule['resourceNames'])
     fixed.deployer.grant(SHIPPED_RULES[:index] + SHIPPED_RULES[index + 1:])
     started = time.time()
     try:
         proc = _playbook(fixed.lab, fixed.work, playbook, variables, limit=HOST, check=False)
     finally:
         fixed.deployer.grant(SHIPPED_RULES)
-    refused = [e for e in fixed.api.requests() if e['user'] == DEPLOYER and e['code'] == 403 and e['time'] >= started]
+        if rule.get('resourceNames'):
+            _playbook(fixed.lab, fixed.work, CLUSTER_ROLES, {}, limit=HOST)  # the roles and bindings back
+    refused = [e for e in fixed.deployer.requests() if e['code'] == 403 and e['time'] >= started]
     assert proc.returncode != 0 and refused, proc.stdout[-6000:]
     # The failed task quotes the API's refusal (through one or more layers of JSON quoting)
     failure = '\n'.join(line for line in proc.stdout.splitlines() if line.startswith(('fatal:', 'failed:')))

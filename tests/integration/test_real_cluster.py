@@ -15,7 +15,6 @@ __metaclass__ = type
 
 import os
 import re
-import time
 
 import pytest
 import yaml
@@ -24,6 +23,7 @@ import lab_control
 import require
 from ansible_collections.gpuready.nvidia.plugins.module_utils import doctor_checks, doctor_evidence
 from ansible_collections.gpuready.nvidia.plugins.module_utils.doctor_causes import Finding
+from cluster_api import wait_for
 from fake_nvml import harness
 from playbook import run_tasks
 
@@ -61,19 +61,6 @@ SHARING_CASES = {
 def _pinned_plugin():
     with open(os.path.join(ROOT, 'lab', 'go', 'device-plugin', 'go.mod')) as handle:
         return re.search(r'^\s*github\.com/NVIDIA/k8s-device-plugin (v\S+)', handle.read(), re.M).group(1)
-
-
-def wait_for(what, check, timeout=120, interval=0.5, report=None):
-    """check() until it returns something truthy; fails with the last value and what report() says."""
-    deadline = time.monotonic() + timeout
-    value = None
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError('timed out after %ss waiting for %s; last: %r%s' % (
-        timeout, what, value, '\n' + report() if report else ''))
 
 
 @pytest.fixture(scope='module')

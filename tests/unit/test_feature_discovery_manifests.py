@@ -69,7 +69,7 @@ def test_default_images_are_upstream_and_gfd_runs_from_the_device_plugin_image()
     assert _one(objects, 'DaemonSet', 'gpu-feature-discovery')['spec']['template']['spec']['containers'][0]['image'] == \
         'nvcr.io/nvidia/k8s-device-plugin:v0.20.0'
     nfd_images = set(_images([o for o in objects if o['metadata']['name'].startswith('nfd-')]))
-    assert nfd_images == {'registry.k8s.io/nfd/node-feature-discovery:v0.17.3'}
+    assert nfd_images == {'registry.k8s.io/nfd/node-feature-discovery:v0.19.0'}
 
 
 def test_private_registry_reaches_every_image():
@@ -103,7 +103,8 @@ def test_gfd_runs_in_node_feature_api_mode_with_what_that_mode_needs():
     env = dict((e['name'], e['valueFrom']['fieldRef']['fieldPath']) for e in container['env'] if 'valueFrom' in e)
     assert env == {'NODE_NAME': 'spec.nodeName', 'NAMESPACE': 'metadata.namespace', 'POD_NAME': 'metadata.name'}
     config = yaml.safe_load(_gfd_config_text())
-    assert config['flags']['gfd']['useNodeFeatureAPI'] is True
+    # A top-level flag (CommandLineFlags.UseNodeFeatureAPI in the plugin's api/config/v1/flags.go), not a GFD one
+    assert config['flags']['useNodeFeatureAPI'] is True and 'useNodeFeatureAPI' not in config['flags']['gfd']
     # No features.d output: nothing of GFD's is written on the host
     assert [v for v in pod['volumes'] if 'features.d' in v.get('hostPath', {}).get('path', '')] == []
     # The config file GFD is told to read is the one the ConfigMap volume puts there

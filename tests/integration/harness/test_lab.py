@@ -2,7 +2,7 @@
 # Copyright (c) gpuready.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The lab (lab/lab.py): GPU nodes in podman whose containers get GPUs only through the nvidia
-runtime. Real CRI pods run through containerd inside the node; see lab/README.md."""
+runtime. Pods run by each node's real kubelet through its containerd; see lab/README.md."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -13,30 +13,53 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
+
+from cluster_api import wait_for
 
 WORKLOAD = 'localhost/gpuready-lab/workload:1'
 PROBE = '/usr/local/bin/nvml-probe'
 
 
-def cri_run(lab, node, handler, command, env=None):
-    """Runs one host-network CRI pod in the node; returns cri.py's JSON report."""
-    args = ['env', 'PYTHONPATH=/opt/lab/pylib', 'python3', '/opt/lab/cri.py', 'run', '--handler', handler,
-            '--image', WORKLOAD]
-    for key, value in sorted((env or {}).items()):
-        args += ['--env', '%s=%s' % (key, value)]
-    out = lab.node_exec(lab.container(node), *(args + ['--', '/bin/sh', '-c', command]), check=False)
-    report = json.loads(out.strip().splitlines()[-1])
-    assert report.get('state') == 'CONTAINER_EXITED', report
-    return report
+def pod_run(api, handler, command, env=None, node='gpu-p4'):
+    """Runs one pod on the node with the real kubelet, through containerd's `handler` (nvidia: the RuntimeClass
+    nvidia; runc: the seed's default, none), until it ends; returns {'output': its log}. (A CRI pod made beside
+    the kubelet is one it does not want, and it stops it.)"""
+    name = 'lab-probe-%d' % int(time.time() * 1000)
+    container = {'name': 'probe', 'image': WORKLOAD, 'imagePullPolicy': 'Never', 'command': ['/bin/sh', '-c', command],
+                 'env': [{'name': key, 'value': value} for key, value in sorted((env or {}).items())]}
+    spec = {'nodeName': node, 'restartPolicy': 'Never', 'containers': [container]}
+    if handler != 'runc':
+        spec['runtimeClassName'] = handler
+    api.create({'apiVersion': 'v1', 'kind': 'Pod', 'metadata': {'name': name, 'namespace': 'default'}, 'spec': spec})
+    try:
+        wait_for('pod %s to end' % name,
+                 lambda: api.get('v1', 'Pod', name, 'default')['status'].get('phase') in ('Succeeded', 'Failed'))
+        return {'output': api.core.read_namespaced_pod_log(name, 'default')}
+    finally:
+        api.delete('v1', 'Pod', name, 'default')
+
+
+def with_nvidia_class(api):
+    """The RuntimeClass nvidia (handler nvidia), which the seed's containerd config already has a runtime for."""
+    if not api.exists('node.k8s.io/v1', 'RuntimeClass', 'nvidia'):
+        api.create({'apiVersion': 'node.k8s.io/v1', 'kind': 'RuntimeClass', 'metadata': {'name': 'nvidia'},
+                    'handler': 'nvidia'})
+    return api
+
+
+@pytest.fixture(scope='module')
+def nvidia_class(lab_api):
+    return with_nvidia_class(lab_api)
 
 
 GPU_SCRIPT = 'nvidia-smi -L; echo "smi-rc=$?"; %s; echo "probe-rc=$?"; ls /dev/ | grep nvidia || true' % PROBE
 
 
-def test_nvidia_handler_all_gpus(lab):
-    report = cri_run(lab, 'gpu-p4', 'nvidia', GPU_SCRIPT, {'NVIDIA_VISIBLE_DEVICES': 'all'})
+def test_nvidia_handler_all_gpus(nvidia_class):
+    report = pod_run(nvidia_class, 'nvidia', GPU_SCRIPT, {'NVIDIA_VISIBLE_DEVICES': 'all'})
     out = report['output']
     assert len(re.findall(r'^GPU \d: Tesla P4 \(UUID: GPU-[0-9a-f-]+\)$', out, re.M)) == 4, out
     assert 'probe: 4 GPU(s) visible' in out
@@ -45,10 +68,10 @@ def test_nvidia_handler_all_gpus(lab):
         assert re.search(r'^%s$' % dev, out, re.M), (dev, out)
 
 
-def test_nvidia_handler_one_gpu(lab):
+def test_nvidia_handler_one_gpu(lab, nvidia_class):
     node_list = lab.node_exec(lab.container('gpu-p4'), 'nvidia-smi', '-L')
     second_uuid = re.findall(r'UUID: (GPU-[0-9a-f-]+)', node_list)[1]
-    report = cri_run(lab, 'gpu-p4', 'nvidia', GPU_SCRIPT, {'NVIDIA_VISIBLE_DEVICES': '1'})
+    report = pod_run(nvidia_class, 'nvidia', GPU_SCRIPT, {'NVIDIA_VISIBLE_DEVICES': '1'})
     out = report['output']
     assert re.findall(r'^GPU \d: .*$', out, re.M) == ['GPU 0: Tesla P4 (UUID: %s)' % second_uuid], out
     assert 'probe: 1 GPU(s) visible' in out
@@ -56,15 +79,15 @@ def test_nvidia_handler_one_gpu(lab):
 
 
 @pytest.mark.parametrize('value', ['void', 'none', ''])
-def test_nvidia_handler_no_visible_devices(lab, value):
-    report = cri_run(lab, 'gpu-p4', 'nvidia', 'ls /usr/bin/nvidia-smi 2>&1; %s' % PROBE,
+def test_nvidia_handler_no_visible_devices(nvidia_class, value):
+    report = pod_run(nvidia_class, 'nvidia', 'ls /usr/bin/nvidia-smi 2>&1; %s' % PROBE,
                      {'NVIDIA_VISIBLE_DEVICES': value})
     assert 'NVML library not found' in report['output'], report
 
 
-def test_runc_handler_sees_no_gpu(lab):
+def test_runc_handler_sees_no_gpu(lab_api):
     script = 'ls /usr/bin/nvidia-smi 2>&1; %s; echo "probe-rc=$?"; ls /dev/ | grep nvidia || echo no-nvidia-dev' % PROBE
-    report = cri_run(lab, 'gpu-p4', 'runc', script, {'NVIDIA_VISIBLE_DEVICES': 'all'})
+    report = pod_run(lab_api, 'runc', script, {'NVIDIA_VISIBLE_DEVICES': 'all'})
     out = report['output']
     assert 'NVML library not found' in out and 'probe-rc=12' in out, out
     assert 'No such file or directory' in out.splitlines()[0], out
@@ -87,9 +110,9 @@ def test_h100_node_as_a_driver_install_leaves_it(lab):
     assert 'default_runtime_name = "runc"' in config and 'BinaryName = "/usr/bin/nvidia-container-runtime"' in config
 
 
-def test_nodes_registered_like_kubelet(lab, k8s_api):
+def test_nodes_registered_by_their_kubelets(lab, lab_api):
     for name, hostname_label in (('gpu-p4', 'gpu-p4'), ('gpu-h100', 'gpu-h100')):
-        node = k8s_api.get('v1', 'Node', name)
+        node = lab_api.get('v1', 'Node', name)
         assert node['metadata']['labels']['kubernetes.io/hostname'] == hostname_label
         ready = [c for c in node['status']['conditions'] if c['type'] == 'Ready']
         assert ready and ready[0]['status'] == 'True'
@@ -129,30 +152,31 @@ V3_PREFIX = 'gpuready-labv3-'
 
 
 def test_up_down_leaves_nothing(lab, lab_module, tmp_path):
-    """A second, separate lab (own prefix, own API emulator process) comes up and goes away
-    without a trace: no container, volume, process in its PID namespace, conmon or emulator; and
+    """A second, separate lab (own prefix, own control plane) comes up and goes away without a trace: no
+    container, volume, process in its PID namespace, conmon, control plane process or network namespace; and
     the session lab's nodes stay reachable (each node's systemd keeps to its own cgroups)."""
     other = lab_module.Lab(nodes=['gpu-p4'], prefix='gpuready-labtest-', run_dir=str(tmp_path / 'run'))
     try:
-        state = other.up()
+        other.up()
         assert other.node_exec('gpuready-labtest-gpu-p4', 'nvidia-smi', '-L').count('Tesla P4') == 4
-        emulator_pid = state['emulator_pid']
+        plane = other.control_plane.state
     finally:
         problems = other.down(count_zombies=True)
     assert problems == []
     assert other.podman('ps', '-a', '--filter', 'name=^gpuready-labtest-', '--format', '{{.ID}}').strip() == ''
-    assert not lab_module._alive(emulator_pid)  # pylint: disable=protected-access
+    assert [name for name, pid in plane['pids'].items() if lab_module._alive(pid)] == []  # pylint: disable=protected-access
+    namespaces = subprocess.run(['ip', 'netns', 'list'], stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout
+    assert plane['network']['name'] not in namespaces.split(), namespaces
     for name in ('gpu-p4', 'gpu-h100'):
         assert lab.node_exec(lab.container(name), 'systemctl', 'is-active', 'containerd').strip() == 'active'
     print('lab timings: %s' % other.timings)
 
 
 @pytest.fixture(scope='module')
-def lab_v3(lab_module, k8s_api, tmp_path_factory):
-    """The containerd 2.x node alone, with its own prefix and run dir, its Node registered in the
-    run's shared API emulator; torn down after this module's tests, then checked to leave nothing."""
-    instance = lab_module.Lab(emulator=k8s_api, nodes=[V3_NODE], prefix=V3_PREFIX,
-                              run_dir=str(tmp_path_factory.mktemp('lab-v3-run')))
+def lab_v3(lab_module, tmp_path_factory):
+    """The containerd 2.x node alone, with its own prefix, run dir and control plane, its real kubelet on
+    containerd 2.x; torn down after this module's tests, then checked to leave nothing."""
+    instance = lab_module.Lab(nodes=[V3_NODE], prefix=V3_PREFIX, run_dir=str(tmp_path_factory.mktemp('lab-v3-run')))
     try:
         instance.state = instance.up()
         yield instance
@@ -161,7 +185,12 @@ def lab_v3(lab_module, k8s_api, tmp_path_factory):
         left = instance.podman('ps', '-a', '--filter', 'name=^' + V3_PREFIX, '--format', '{{.Names}}').strip()
         print('lab v3 timings: %s' % instance.timings)
         assert problems == [] and left == '', (problems, left)
-        assert not k8s_api.exists('v1', 'Node', V3_NODE)
+
+
+@pytest.fixture(scope='module')
+def v3_api(lab_v3):
+    from cluster_api import ClusterApi
+    return ClusterApi(lab_v3.control_plane, lab_v3.state['kubeconfig'])
 
 
 def test_v3_node_is_not_started_by_default(lab_module, lab):
@@ -169,7 +198,7 @@ def test_v3_node_is_not_started_by_default(lab_module, lab):
     assert V3_NODE not in lab.state['nodes']
 
 
-def test_v3_node_runs_containerd_2_with_a_version_3_seed(lab_v3, k8s_api):
+def test_v3_node_runs_containerd_2_with_a_version_3_seed(lab_v3, v3_api):
     container = lab_v3.container(V3_NODE)
     for binary in ('containerd', 'ctr'):
         version = lab_v3.node_exec(container, binary, '--version')
@@ -179,7 +208,7 @@ def test_v3_node_runs_containerd_2_with_a_version_3_seed(lab_v3, k8s_api):
     config = lab_v3.node_exec(container, 'cat', '/etc/containerd/config.toml')
     assert re.search(r'^version = 3$', config, re.M), config
     assert 'default_runtime_name = "runc"' in config and 'BinaryName = "/usr/bin/nvidia-container-runtime"' in config
-    node = k8s_api.get('v1', 'Node', V3_NODE)
+    node = v3_api.get('v1', 'Node', V3_NODE)
     assert re.match(r'containerd://2\.', node['status']['nodeInfo']['containerRuntimeVersion']), node['status']['nodeInfo']
     assert lab_v3.state['nodes'][V3_NODE]['containerd'] == '2'
     with open(lab_v3.state['inventory']) as handle:
@@ -187,14 +216,14 @@ def test_v3_node_runs_containerd_2_with_a_version_3_seed(lab_v3, k8s_api):
     assert 'p4-v3.lab.internal:' in inventory and 'ansible_host: %s' % container in inventory
 
 
-def test_v3_nvidia_handler_all_gpus(lab_v3):
-    report = cri_run(lab_v3, V3_NODE, 'nvidia', GPU_SCRIPT, {'NVIDIA_VISIBLE_DEVICES': 'all'})
+def test_v3_nvidia_handler_all_gpus(v3_api):
+    report = pod_run(with_nvidia_class(v3_api), 'nvidia', GPU_SCRIPT, {'NVIDIA_VISIBLE_DEVICES': 'all'}, node=V3_NODE)
     out = report['output']
     assert len(re.findall(r'^GPU \d: Tesla P4 \(UUID: GPU-[0-9a-f-]+\)$', out, re.M)) == 4, out
     assert 'probe: 4 GPU(s) visible' in out and 'smi-rc=0' in out and 'probe-rc=0' in out, out
 
 
-def test_v3_runc_handler_sees_no_gpu(lab_v3):
-    report = cri_run(lab_v3, V3_NODE, 'runc', '%s; echo "probe-rc=$?"' % PROBE, {'NVIDIA_VISIBLE_DEVICES': 'all'})
+def test_v3_runc_handler_sees_no_gpu(v3_api):
+    report = pod_run(v3_api, 'runc', '%s; echo "probe-rc=$?"' % PROBE, {'NVIDIA_VISIBLE_DEVICES': 'all'}, node=V3_NODE)
     out = report['output']
     assert 'NVML library not found' in out and 'probe-rc=12' in out, out

@@ -216,9 +216,10 @@ FAULTS = {
     'plugin_not_ready': (lambda h, a: _plugin_state(a, {'running': {}}), 'plugin_running', 'phase Running'),
     'kubelet_socket_missing': (lambda h, a: h['kubelet']['device_plugins'].update(sockets=['nvidia-gpu.sock']),
                                'kubelet_registration', 'no kubelet.sock'),
-    # A stale socket of another resource does not count
-    'plugin_not_registered': (lambda h, a: h['kubelet']['device_plugins'].update(
-        sockets=['kubelet.sock', 'nvidia-gpu.shared.sock']), 'kubelet_registration', 'and no nvidia-gpu.sock'),
+    # A stale socket of another resource does not count; the kubelet holds no device (as after its restart)
+    'plugin_not_registered': (lambda h, a: (h['kubelet']['device_plugins'].update(
+        sockets=['kubelet.sock', 'nvidia-gpu.shared.sock']), a['nodes'][NODE]['node']['status'].update(
+            allocatable={'nvidia.com/gpu': '0'})), 'kubelet_registration', 'and no nvidia-gpu.sock'),
     'no_gpu_capacity': (lambda h, a: a['nodes'][NODE]['node']['status'].update(capacity={'cpu': '8'}, allocatable={}),
                         'kubelet_registration', 'no nvidia.com/ resource'),
     'sharing_renamed_resource': (lambda h, a: a['nodes'][NODE]['node']['status'].update(
@@ -314,5 +315,17 @@ def test_without_expected_resources_any_nvidia_socket_counts_as_registered():
     h = host()
     assert doctor.diagnose(NODE, h, api(), {}, {})['status'] == 'ok'
     h['kubelet']['device_plugins']['sockets'] = ['kubelet.sock']
-    report = doctor.diagnose(NODE, h, api(), {}, {})
+    evidence = api()
+    evidence['nodes'][NODE]['node']['status']['allocatable'] = {'nvidia.com/gpu': '0'}
+    report = doctor.diagnose(NODE, h, evidence, {}, {})
     assert report['cause'] == 'plugin_not_registered' and report['evidence'][0].endswith('and no nvidia*.sock')
+
+
+@pytest.mark.parametrize('expected', [{}, {'nvidia.com/gpu': 4}])
+def test_a_plugin_whose_socket_file_is_gone_is_registered_while_the_kubelet_holds_its_devices(expected):
+    # Seen on the real kubelet 1.37: the previous plugin pod, stopping after its replacement started, removes
+    # the socket file they share; the kubelet keeps the connection, and the GPUs stay allocatable.
+    h = host()
+    h['kubelet']['device_plugins']['sockets'] = ['kubelet.sock']
+    report = doctor.diagnose(NODE, h, api(), expected, {})
+    assert report['status'] == 'ok' and report['links']['kubelet_registration'] == 'ok', report

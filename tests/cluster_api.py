@@ -1,0 +1,133 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpuready.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The lab's real kube-apiserver (lab/control_plane.py) as the tests use it: objects by apiVersion and kind
+through the official client's DynamicClient as the lab's admin, users of a test's own (a client certificate
+from the lab's CA, or a ServiceAccount's token), and what each user asked for, from the API server's own
+audit log (lab/control_plane.py AUDIT_POLICY); and `wait_for`, the one way tests wait on the cluster."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import base64
+import calendar
+import json
+import os
+import time
+
+import require
+
+PATCH_TYPES = {'merge': 'application/merge-patch+json', 'strategic': 'application/strategic-merge-patch+json',
+               'json': 'application/json-patch+json'}
+
+
+class Identity(object):
+    """A user's credentials: ``username``, ``token`` and/or ``cert``/``key`` (paths), ``kubeconfig``."""
+
+    def __init__(self, username, token=None, cert=None, key=None, kubeconfig=None):
+        self.username, self.token, self.cert, self.key, self.kubeconfig = username, token, cert, key, kubeconfig
+
+
+class ClusterApi(object):
+    """``ClusterApi(plane, admin_kubeconfig)``: plane is a running ``ControlPlane``."""
+
+    def __init__(self, plane, admin_kubeconfig):
+        self.kubernetes = require.module('kubernetes')
+        self.plane = plane
+        self.url, self.ca_cert = plane.server, plane.ca.cert_path
+        self.client = self.kubernetes.config.new_client_from_config(admin_kubeconfig)
+        self.dynamic = self.kubernetes.dynamic.DynamicClient(self.client)
+        self.core = self.kubernetes.client.CoreV1Api(self.client)
+
+    def _resource(self, api_version, kind):
+        return self.dynamic.resources.get(api_version=api_version, kind=kind)
+
+    def get(self, api_version, kind, name, namespace=None):
+        return self._resource(api_version, kind).get(name=name, namespace=namespace).to_dict()
+
+    def exists(self, api_version, kind, name, namespace=None):
+        try:
+            self.get(api_version, kind, name, namespace)
+        except self.kubernetes.dynamic.exceptions.NotFoundError:
+            return False
+        return True
+
+    def list(self, api_version, kind, namespace=None, label_selector=None, field_selector=None):
+        found = self._resource(api_version, kind).get(namespace=namespace, label_selector=label_selector,
+                                                      field_selector=field_selector)
+        return [item.to_dict() for item in found.items]
+
+    def create(self, obj):
+        namespace = obj.get('metadata', {}).get('namespace')
+        return self._resource(obj['apiVersion'], obj['kind']).create(body=obj, namespace=namespace).to_dict()
+
+    def patch(self, api_version, kind, name, patch, namespace=None, patch_type='merge'):
+        return self._resource(api_version, kind).patch(body=patch, name=name, namespace=namespace,
+                                                       content_type=PATCH_TYPES[patch_type]).to_dict()
+
+    def delete(self, api_version, kind, name, namespace=None):
+        self._resource(api_version, kind).delete(name=name, namespace=namespace)
+
+    # -- users of a test's own ------------------------------------------------------------------
+    def user_with_certificate(self, name, work_dir, groups=()):
+        """A client certificate for the user `name` (CN) signed by the lab's CA, and a kubeconfig carrying it
+        inline, as kubeadm writes them."""
+        cert, key = (os.path.join(work_dir, '%s.%s' % (name, ext)) for ext in ('crt', 'key'))
+        self.plane.ca.issue(cert, key, common_name=name, organizations=list(groups))
+        kubeconfig = os.path.join(work_dir, '%s.kubeconfig' % name)
+
+        def inline(path):
+            with open(path, 'rb') as handle:
+                return base64.b64encode(handle.read()).decode()
+        with open(kubeconfig, 'w') as handle:
+            json.dump({'apiVersion': 'v1', 'kind': 'Config', 'current-context': 'lab',
+                       'clusters': [{'name': 'lab', 'cluster': {'server': self.url, 'certificate-authority': self.ca_cert}}],
+                       'users': [{'name': name, 'user': {'client-certificate-data': inline(cert),
+                                                         'client-key-data': inline(key)}}],
+                       'contexts': [{'name': 'lab', 'context': {'cluster': 'lab', 'user': name}}]}, handle)
+        os.chmod(kubeconfig, 0o600)
+        return Identity(name, cert=cert, key=key, kubeconfig=kubeconfig)
+
+    def service_account_token(self, name, namespace='default', seconds=7200):
+        """A ServiceAccount `name` (made when missing) and a token for it from the TokenRequest API."""
+        if not self.exists('v1', 'ServiceAccount', name, namespace):
+            self.create({'apiVersion': 'v1', 'kind': 'ServiceAccount', 'metadata': {'name': name, 'namespace': namespace}})
+        request = self.kubernetes.client.AuthenticationV1TokenRequest(
+            spec=self.kubernetes.client.V1TokenRequestSpec(audiences=[], expiration_seconds=seconds))
+        token = self.core.create_namespaced_service_account_token(name, namespace, request).status.token
+        return Identity('system:serviceaccount:%s:%s' % (namespace, name), token=token)
+
+    # -- what was asked ---------------------------------------------------------------------------
+    def requests(self):
+        """Every audited request so far (users and workloads, not the cluster's own components), oldest
+        first, as dicts: user, verb, group, resource, subresource, namespace, name, code, path, time (epoch)."""
+        entries = []
+        for event in self.plane.audit_events():
+            ref = event.get('objectRef') or {}
+            entries.append({
+                'user': event['user']['username'], 'verb': event['verb'], 'group': ref.get('apiGroup', ''),
+                'resource': ref.get('resource'), 'subresource': ref.get('subresource'),
+                'namespace': ref.get('namespace'), 'name': ref.get('name'),
+                'code': (event.get('responseStatus') or {}).get('code'), 'path': event['requestURI'],
+                'time': _epoch(event['requestReceivedTimestamp'])})
+        return entries
+
+
+def wait_for(what, check, timeout=120, interval=0.5, report=None):
+    """check() until it returns something truthy; fails with the last value and what report() says."""
+    deadline = time.monotonic() + timeout
+    value = None
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError('timed out after %ss waiting for %s; last: %r%s' % (
+        timeout, what, value, '\n' + report() if report else ''))
+
+
+def _epoch(timestamp):
+    """2026-12-06T05:30:50.123456Z -> seconds since the epoch."""
+    whole, _dot, fraction = timestamp.rstrip('Z').partition('.')
+    return calendar.timegm(time.strptime(whole, '%Y-%m-%dT%H:%M:%S')) + float('0.' + (fraction or '0'))
