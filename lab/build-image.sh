@@ -26,8 +26,9 @@ PAUSE_REF="localhost/gpuready-lab/pause:1"
 WORKLOAD_REF="localhost/gpuready-lab/workload:1"
 # Names pods use; the lab has no registry, so these name images imported into every node.
 WORKLOAD_REFS="$WORKLOAD_REF,nvcr.io/nvidia/cuda:12.2.0-base-ubuntu22.04"
-# One image for the device plugin, GFD and NFD stand-ins, under the names the upstream manifests use.
-PLUGIN_REFS="nvcr.io/nvidia/k8s-device-plugin:v0.20.0,registry.k8s.io/nfd/node-feature-discovery:v0.17.3"
+# One image for the device plugin, GFD and NFD stand-ins (the emulated lab), under the names the upstream
+# manifests (NFD v0.17.3) and the collection's defaults (NFD v0.19.0) use.
+PLUGIN_REFS="nvcr.io/nvidia/k8s-device-plugin:v0.20.0,registry.k8s.io/nfd/node-feature-discovery:v0.17.3,registry.k8s.io/nfd/node-feature-discovery:v0.19.0"
 LAB_PYTHON="${LAB_PYTHON:-python3}"   # lab.py passes its own: pynvml and PyYAML come from there
 
 T_START="$(lab_now)"
