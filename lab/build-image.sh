@@ -4,14 +4,14 @@
 #     `podman import`ed only when the image is missing or was built from another tarball),
 #   * the GPU node image localhost/gpuready-lab-gpunode:bookworm: the node image plus what a
 #     driver and toolkit install would place (fake libnvidia-ml.so.1, nvidia-smi stand-in,
-#     nvidia-container-runtime stand-in), the seed's containerd config, a kubelet config and the
-#     user `ops` (passwordless sudo); one `podman commit` layer, rebuilt when its inputs change,
+#     nvidia-container-runtime stand-in), the seed's containerd config, the kubelet's config and
+#     unit (the binary is bind-mounted by lab/lab.py) and the user `ops` (passwordless sudo); one
+#     `podman commit` layer, rebuilt when its inputs change,
 #   * artifacts/ (mounted read-only at /opt/lab in a node): OCI archives of a pause image,
-#     a busybox workload image (with the NVML probe; also named as a CUDA base image) and the
-#     device plugin image (Debian's python3 + the stand-ins in lab/control/, named
-#     nvcr.io/nvidia/k8s-device-plugin:v0.20.0), a dynamically linked test binary, the CRI
-#     client (cri.py + grpcio/protobuf + code generated from the CRI api.proto) and the
-#     kubelet (lab/control/, run by kubelet.service in the node).
+#     a busybox workload image (with the NVML probe; also named as a CUDA base image), the real
+#     device plugin image and the real NFD image (from the binaries make go-build made), a
+#     dynamically linked test binary and the CRI client (cri.py + grpcio/protobuf + code generated
+#     from the CRI api.proto).
 set -euo pipefail
 # shellcheck source=lab/podman-env.sh
 . "$(dirname "$0")/podman-env.sh"
@@ -26,10 +26,7 @@ PAUSE_REF="localhost/gpuready-lab/pause:1"
 WORKLOAD_REF="localhost/gpuready-lab/workload:1"
 # Names pods use; the lab has no registry, so these name images imported into every node.
 WORKLOAD_REFS="$WORKLOAD_REF,nvcr.io/nvidia/cuda:12.2.0-base-ubuntu22.04"
-# One image for the device plugin, GFD and NFD stand-ins (the emulated lab), under the names the upstream
-# manifests (NFD v0.17.3) and the collection's defaults (NFD v0.19.0) use.
-PLUGIN_REFS="nvcr.io/nvidia/k8s-device-plugin:v0.20.0,registry.k8s.io/nfd/node-feature-discovery:v0.17.3,registry.k8s.io/nfd/node-feature-discovery:v0.19.0"
-LAB_PYTHON="${LAB_PYTHON:-python3}"   # lab.py passes its own: pynvml and PyYAML come from there
+LAB_PYTHON="${LAB_PYTHON:-python3}"   # lab.py passes its own (lab/go/gobuild.py runs with it)
 
 T_START="$(lab_now)"
 lab_need_apt podman=podman debootstrap=debootstrap gcc=gcc
@@ -134,7 +131,7 @@ oci_images() {
     if [ ! -x "$LAB_ARTIFACTS/hello-dynamic" ] || [ "$LAB_DIR/src/hello.c" -nt "$LAB_ARTIFACTS/hello-dynamic" ]; then
         gcc -O2 -Wall -Wextra -o "$LAB_ARTIFACTS/hello-dynamic" "$LAB_DIR/src/hello.c"
     fi
-    printf '%s\n%s\n%s\n' "$PAUSE_REF" "$WORKLOAD_REFS" "$PLUGIN_REFS" | tr ',' '\n' >"$LAB_ARTIFACTS/image-refs"
+    printf '%s\n%s\n' "$PAUSE_REF" "$WORKLOAD_REFS" | tr ',' '\n' >"$LAB_ARTIFACTS/image-refs"
     lab_log "OCI images: pause $(du -h "$LAB_ARTIFACTS/pause.oci.tar" | cut -f1), workload $(du -h "$LAB_ARTIFACTS/workload.oci.tar" | cut -f1) ($(lab_since "$t0") s)"
 }
 
@@ -233,68 +230,6 @@ gpu_node_image() {
     lab_log "GPU node image: $LAB_GPU_IMAGE built (layer $key) in $(lab_since "$t0") s"
 }
 
-# ---------------------------------------------------------------- device plugin image
-# Debian's python3 from the node image (the interpreter, its standard library without tests and
-# the shared libraries they link), pynvml and PyYAML, the collection's NVML and label code, and
-# the stand-ins. Its environment is the real image's (NVIDIA_VISIBLE_DEVICES=all, ...), so only
-# the nvidia runtime gives it libnvidia-ml.so.1.
-plugin_image() {
-    local tree="$LAB_CACHE/trees/plugin" runtime="$LAB_CACHE/trees/python-runtime" base_key key t0 src
-    local entry module function program
-    local utils="$LAB_ROOT/plugins/module_utils"
-    base_key="$(podman image inspect --format '{{ index .Config.Labels "gpuready.lab.rootfs" }}' "$LAB_NODE_IMAGE")"
-    t0="$(lab_now)"
-    if [ "$(cat "$runtime/.key" 2>/dev/null)" != "$base_key" ]; then
-        rm -rf "$runtime" && mkdir -p "$runtime"
-        podman run --rm --network host -v "$runtime:/out" "$LAB_NODE_IMAGE" /bin/sh -ec '
-            cd /
-            for f in /usr/bin/python3.11 /usr/lib/python3.11/lib-dynload/*.so; do ldd "$f"; done |
-                awk "/=> \// {print \$3} /^\t\// {print \$1}" | sort -u >/tmp/libs
-            tar -chf - --exclude=__pycache__ --exclude=usr/lib/python3.11/test --exclude=usr/lib/python3.11/idlelib \
-                --exclude=usr/lib/python3.11/tkinter --exclude=usr/lib/python3.11/ensurepip \
-                --exclude=usr/lib/python3.11/lib2to3 --exclude=usr/lib/python3.11/pydoc_data \
-                usr/bin/python3.11 usr/lib/python3.11 $(sed "s|^/||" /tmp/libs) | tar -xf - -C /out'
-        printf '%s\n' "$base_key" >"$runtime/.key"
-    fi
-    src="$("$LAB_PYTHON" -c 'import os, pynvml, yaml; print(pynvml.__file__, os.path.dirname(yaml.__file__))')"
-    key="$(cat "$LAB_DIR/control/"*.py "$utils/nvml.py" "$utils/gpu_labels.py" "$LAB_DIR/oci_image.py" \
-        "${src%% *}" <(printf '%s %s\n' "$base_key" "$PLUGIN_REFS") | sha256sum | cut -c1-12)"
-    if [ -s "$LAB_ARTIFACTS/device-plugin.oci.tar" ] && [ "$(cat "$tree.key" 2>/dev/null)" = "$key" ]; then
-        lab_log "device plugin image: cached ($key)"
-        return 0
-    fi
-    rm -rf "$tree" && mkdir -p "$tree/usr/lib/gpuready-lab" "$tree/usr/bin" "$tree/etc" "$tree/tmp"
-    chmod 1777 "$tree/tmp"
-    cp -a "$runtime/." "$tree/"
-    rm -f "$tree/.key"
-    ln -sf python3.11 "$tree/usr/bin/python3"
-    cp "${src%% *}" "$tree/usr/lib/gpuready-lab/"
-    cp -r "${src##* }" "$tree/usr/lib/gpuready-lab/yaml"
-    cp "$utils/nvml.py" "$utils/gpu_labels.py" "$LAB_DIR/control/"*.py "$tree/usr/lib/gpuready-lab/"
-    # module:function:program, as the real images name their binaries
-    for entry in device_plugin:main:nvidia-device-plugin gfd:main:gpu-feature-discovery nfd:worker:nfd-worker \
-        nfd:master:nfd-master; do
-        IFS=: read -r module function program <<<"$entry"
-        printf '#!/usr/bin/python3\nimport os, sys\nsys.path.insert(0, "/usr/lib/gpuready-lab")\nfrom %s import %s\nsys.exit(%s(sys.argv[1:], os.environ))\n' \
-            "$module" "$function" "$function" >"$tree/usr/bin/$program"
-        chmod 0755 "$tree/usr/bin/$program"
-    done
-    printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' >"$tree/etc/passwd"
-    printf 'root:x:0:\nnogroup:x:65534:\n' >"$tree/etc/group"
-    python3 "$LAB_DIR/oci_image.py" "$tree" "$LAB_ARTIFACTS/device-plugin.oci.tar" "$PLUGIN_REFS" \
-        --entrypoint nvidia-device-plugin --env NVIDIA_VISIBLE_DEVICES=all \
-        --env NVIDIA_DRIVER_CAPABILITIES=compute,utility --env NVIDIA_DISABLE_REQUIRE=true >/dev/null
-    printf '%s\n' "$key" >"$tree.key"
-    lab_log "device plugin image: $(du -h "$LAB_ARTIFACTS/device-plugin.oci.tar" | cut -f1) built ($key) in $(lab_since "$t0") s"
-}
-
-# The kubelet and the client code it shares with the stand-ins, run from /opt/lab/control in a node.
-control_plane() {
-    mkdir -p "$LAB_ARTIFACTS/control"
-    install -m 0644 "$LAB_DIR/control/kube.py" "$LAB_DIR/control/kubelet.py" "$LAB_DIR/control/plugin_api.py" \
-        "$LAB_ARTIFACTS/control/"
-}
-
 # ---------------------------------------------------------------- the real NVIDIA image
 # nvidia-device-plugin, gpu-feature-discovery, mps-control-daemon and config-manager as built by
 # make go-build (lab/go/device-plugin), in one image named as upstream names it, at the version
@@ -355,9 +290,7 @@ nfd_image() {
 node_image
 oci_images
 cri_client
-plugin_image
 nvidia_image
 nfd_image
-control_plane
 gpu_node_image
 lab_log "build-image: done in $(lab_since "$T_START") s"

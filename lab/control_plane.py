@@ -26,6 +26,7 @@ State (pids, ports, credentials) lives under RUN_DIR, so `down` works from anoth
 
 import argparse
 import base64
+import calendar
 import datetime
 import importlib.util
 import json
@@ -81,6 +82,12 @@ def _load(name, path):
 
 gobuild = _load("gobuild", os.path.join(LAB_DIR, "go", "gobuild.py"))
 pki = _load("lab_pki", os.path.join(ROOT, "tests", "k8s_emulator", "pki.py"))
+
+
+def _epoch(timestamp):
+    """2026-12-06T05:30:50.123456Z -> seconds since the epoch."""
+    whole, _dot, fraction = timestamp.rstrip("Z").partition(".")
+    return calendar.timegm(time.strptime(whole, "%Y-%m-%dT%H:%M:%S")) + float("0." + (fraction or "0"))
 
 
 class ControlPlaneError(RuntimeError):
@@ -195,6 +202,9 @@ class ControlPlane:
         self.pki_dir = os.path.join(self.run_dir, "pki")
         self.state_path = os.path.join(self.run_dir, "control-plane.json")
         self.state = self._read_state()
+        # Another process's control plane (lab.py user): its CA still issues client certificates.
+        self.ca = (pki.CertificateAuthority.load(self.pki_dir)
+                   if os.path.exists(os.path.join(self.pki_dir, "ca.key")) else None)
 
     def _read_state(self):
         try:
@@ -233,6 +243,20 @@ class ControlPlane:
                 return [json.loads(line) for line in handle if line.strip()]
         except FileNotFoundError:
             return []
+
+    def requests(self):
+        """Every audited request so far (users and workloads, not the cluster's own components), oldest
+        first, as dicts: user, verb, group, resource, subresource, namespace, name, code, path, time (epoch)."""
+        entries = []
+        for event in self.audit_events():
+            ref = event.get("objectRef") or {}
+            entries.append({
+                "user": event["user"]["username"], "verb": event["verb"], "group": ref.get("apiGroup", ""),
+                "resource": ref.get("resource"), "subresource": ref.get("subresource"),
+                "namespace": ref.get("namespace"), "name": ref.get("name"),
+                "code": (event.get("responseStatus") or {}).get("code"), "path": event["requestURI"],
+                "time": _epoch(event["requestReceivedTimestamp"])})
+        return entries
 
     # -- credentials -------------------------------------------------------------------------
     def _pki(self):

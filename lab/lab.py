@@ -6,13 +6,15 @@
                                                      (lab/control_plane.py) and the nodes, each with the real
                                                      kubelet; write inventory + kubeconfig (gpu-p4-v3, on
                                                      containerd 2.x, only when named)
-    ... --kubernetes emulated                        the API emulator and the simulated kubelet instead (the
-                                                     Molecule scenarios, until they move; lab/README.md)
     python lab/lab.py down                           remove everything, check that nothing is left
     python lab/lab.py env                            print the exports for Ansible and kubectl
+    python lab/lab.py user --name N [--group G]      print the path of a new kubeconfig for the user N (a client
+                                                     certificate from the lab's CA; no rights until bound)
+    python lab/lab.py requests                       print what users and workloads asked the API server (JSON,
+                                                     from its audit log; ControlPlane.requests)
     ... --prefix P --run-dir D                       a second lab beside the first (Molecule scenarios)
 
-Run it with the project's .venv python (the API emulator needs `cryptography`); `make lab-up`,
+Run it with the project's .venv python (the lab's CA needs `cryptography`); `make lab-up`,
 `make lab-down` and `make lab-env` do. Tests use the ``Lab`` class (tests/integration/conftest.py).
 Everything lives under .cache/lab/ (``$LAB_CACHE``); run state under .cache/lab/run/.
 """
@@ -23,8 +25,6 @@ import json
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -57,26 +57,11 @@ NVIDIA_MAJOR, UVM_MAJOR = 195, 508  # nvidia-uvm's major is dynamic on a real no
 FAKE_SYSFS_ROOT = "/var/lib/nvidia-fake/sys"
 FAKE_DMI_PRODUCT_FILE = "/var/lib/nvidia-fake/product_name"
 CRI = ["env", "PYTHONPATH=/opt/lab/pylib", "python3", "/opt/lab/cri.py"]
-IMAGE_ARCHIVES = ("pause.oci.tar", "workload.oci.tar", "device-plugin.oci.tar")
-# On the real control plane: the real device plugin, GFD, MPS daemon and config manager, and NFD (lab/go)
-REAL_IMAGE_ARCHIVES = ("pause.oci.tar", "workload.oci.tar", "nvidia-device-plugin.oci.tar",
-                       "node-feature-discovery.oci.tar")
-# What the lab's kubelets may do (kubelet.py), granted to the group of every node identity.
-NODE_RULES = [
-    {"apiGroups": [""], "resources": ["nodes", "nodes/status"], "verbs": ["get", "list", "watch", "create", "patch", "update"]},
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
-    {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["get", "patch", "update"]},
-    {"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["get", "list", "watch"]},
-    {"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]},
-    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch", "update"]},
-    {"apiGroups": ["node.k8s.io"], "resources": ["runtimeclasses"], "verbs": ["get", "list", "watch"]},
-]
-CONTROLLERS = os.path.join(LAB_DIR, "control", "controllers.py")
-# The lab's controllers manage only the Nodes with this label (every lab node has it, value
-# "true") and skip namespaces labelled FOREIGN_NAMESPACE_LABEL, so that tests sharing the API
-# server can run controllers of their own.
+# Imported into every node's containerd: the pause and workload images, the real device plugin, GFD, MPS
+# daemon and config manager, and NFD (lab/go)
+IMAGE_ARCHIVES = ("pause.oci.tar", "workload.oci.tar", "nvidia-device-plugin.oci.tar", "node-feature-discovery.oci.tar")
+# Every lab node carries this label (value "true"), set by its kubelet.
 LAB_NODE_LABEL = "gpuready.lab/node"
-FOREIGN_NAMESPACE_LABEL = "gpuready.lab/foreign-controllers"
 # The pod network of a node on the real control plane: its podCIDR (node IPAM), as kind's kindnetd writes it.
 CNI_CONFIG = "/etc/cni/net.d/10-lab.conflist"
 
@@ -101,25 +86,18 @@ class LabError(RuntimeError):
 
 
 class Lab:
-    """``Lab().up()`` / ``.down()``: the nodes around the real control plane (``kubernetes="real"``, its
-    state under <run_dir>/control-plane), each with the real kubelet. ``kubernetes="emulated"`` (the Molecule
-    scenarios, until they move): the simulated kubelet and controllers, registering the nodes in ``emulator``
-    (a running k8s_emulator.client.Emulator) or in an emulator the lab starts in the background (pid file
-    <run_dir>/k8s-api.pid)."""
+    """``Lab().up()`` / ``.down()``: the nodes around the real control plane (its state under
+    <run_dir>/control-plane), each with the real kubelet."""
 
-    def __init__(self, cache=None, emulator=None, nodes=None, prefix=PREFIX, run_dir=None, kubernetes="real"):
+    def __init__(self, cache=None, nodes=None, prefix=PREFIX, run_dir=None):
         self.cache = os.path.abspath(cache or os.environ.get("LAB_CACHE") or os.path.join(ROOT, ".cache", "lab"))
         self.prefix = prefix
         self.run_dir = run_dir or os.path.join(self.cache, "run")
         self.state_path = os.path.join(self.run_dir, "state.json")
-        self.emulator = emulator
         self.names = list(nodes or DEFAULT_NODES)
         unknown = [name for name in self.names if name not in NODES]
         if unknown:
             raise LabError("unknown node(s) %s; known: %s" % (", ".join(unknown), ", ".join(NODES)))
-        if kubernetes not in ("emulated", "real"):
-            raise LabError("kubernetes: emulated or real, not %s" % kubernetes)
-        self.kubernetes = kubernetes
         self.control_plane = None
         self.timings = {}
         self.env = dict(os.environ, LAB_CACHE=self.cache,
@@ -177,25 +155,13 @@ class Lab:
         self.build_images()
         self.timings["build_image_s"] = round(time.monotonic() - t_start, 1)
         self._remove_nodes()
-        self._stop_controllers({})  # of an interrupted run
         os.makedirs(self.run_dir, exist_ok=True)
-        state = {"nodes": {}, "own_emulator": self.emulator is None and self.kubernetes == "emulated",
-                 "kubernetes": self.kubernetes}
-        if self.kubernetes == "real":
-            try:
-                self.control_plane = control_plane.ControlPlane(os.path.join(self.run_dir, "control-plane")).up()
-            except control_plane.ControlPlaneError as err:
-                raise LabError(str(err))
-            state["control_plane"] = self.control_plane.run_dir
-        elif self.emulator is None:
-            client = _load("lab_k8s_emulator_client", os.path.join(TESTS, "k8s_emulator", "client.py"))
-            self.emulator = client.Emulator.start(os.path.join(self.run_dir, "k8s-api"), python=sys.executable)
-            with open(os.path.join(self.run_dir, "k8s-api.pid"), "w") as handle:
-                handle.write("%d\n" % self.emulator.process.pid)
-            state["emulator_pid"] = self.emulator.process.pid
-        if self.kubernetes == "emulated":
-            self._grant()
-            state["controllers_pid"] = self._start_controllers()
+        state = {"nodes": {}}
+        try:
+            self.control_plane = control_plane.ControlPlane(os.path.join(self.run_dir, "control-plane")).up()
+        except control_plane.ControlPlaneError as err:
+            raise LabError(str(err))
+        state["control_plane"] = self.control_plane.run_dir
         harness = _load("lab_fake_nvml_harness", os.path.join(TESTS, "fake_nvml", "harness.py"))
         with open(GFD_CASES) as handle:
             cases = dict((case["name"], case) for case in json.load(handle))
@@ -207,15 +173,10 @@ class Lab:
             self._wait_node(name)
         self.timings["nodes_s"] = round(time.monotonic() - t0, 1)
         state["kubeconfig"] = os.path.join(self.run_dir, "kubeconfig")
-        if self.kubernetes == "real":
-            shutil.copyfile(self.control_plane.kubeconfig_path("admin"), state["kubeconfig"])
-        else:
-            shutil.copyfile(self.emulator.kubeconfig(), state["kubeconfig"])
-            state["emulator_url"] = self.emulator.url
+        shutil.copyfile(self.control_plane.kubeconfig_path("admin"), state["kubeconfig"])
         state["inventory"] = self._write_inventory()
         # Where the nodes reach this machine (a mirror served here for them listens there)
-        state["host_address"] = (self.control_plane.state["network"]["machine_ip"] if self.kubernetes == "real"
-                                 else "127.0.0.1")
+        state["host_address"] = self.control_plane.state["network"]["machine_ip"]
         with open(self.state_path, "w") as handle:
             json.dump(state, handle, indent=1)
         self.timings["up_s"] = round(time.monotonic() - t_start, 1)
@@ -236,7 +197,7 @@ class Lab:
         shutil.copytree(fake["sysfs_root"], os.path.join(tree, FAKE_SYSFS_ROOT.lstrip("/")))
         if os.path.exists(fake["dmi_product_file"]):
             shutil.copyfile(fake["dmi_product_file"], os.path.join(tree, FAKE_DMI_PRODUCT_FILE.lstrip("/")))
-            # also where a pod that mounts hostPath /sys looks for it (lab/control/kubelet.py HOST_PATH_ALIASES)
+            # also where GFD reads it: the roles mount gpuready_sysfs_root as its /sys
             dmi = os.path.join(tree, FAKE_SYSFS_ROOT.lstrip("/"), "class", "dmi", "id")
             os.makedirs(dmi)
             shutil.copyfile(fake["dmi_product_file"], os.path.join(dmi, "product_name"))
@@ -250,24 +211,20 @@ class Lab:
         lines += ["c! /dev/nvidia%d 0666 root root - %d:%d" % (i, NVIDIA_MAJOR, i) for i in range(count)]
         with open(os.path.join(tree, "etc", "tmpfiles.d", "nvidia-fake-devices.conf"), "w") as handle:
             handle.write("\n".join(lines) + "\n")
-        if self.kubernetes == "real":
-            self._real_kubelet_files(name, tree, node_ip)
-        else:
-            self._kubelet_files(name, tree)
+        self._kubelet_files(name, tree, node_ip)
         return tree, count
 
     def _create_node(self, name, case, harness, tmp, index):
         container = self.container(name)
         series = NODES[name].get("containerd", "1.6")
-        network, node_ip, mounts = ["--network", "host"], None, []
-        if self.kubernetes == "real":
-            # A network namespace of its own on the control plane's segment, as a machine has.
-            netns, node_ip = control_plane.attach_node(self.control_plane.state["network"], index)
-            # podman writes no /etc/hosts line for the hostname in a network namespace it did not make, and
-            # sudo (the become of Ansible) resolves its own host name: 20 s of DNS timeouts per task without it.
-            network = ["--network", "ns:/run/netns/" + netns, "--add-host", "%s:%s" % (name, node_ip)]
-            for program in ("kubelet", "kube-proxy"):
-                mounts += ["-v", "%s:/usr/bin/%s:ro" % (self._go_binary(program), program)]
+        # A network namespace of its own on the control plane's segment, as a machine has.
+        netns, node_ip = control_plane.attach_node(self.control_plane.state["network"], index)
+        # podman writes no /etc/hosts line for the hostname in a network namespace it did not make, and
+        # sudo (the become of Ansible) resolves its own host name: 20 s of DNS timeouts per task without it.
+        network = ["--network", "ns:/run/netns/" + netns, "--add-host", "%s:%s" % (name, node_ip)]
+        mounts = []
+        for program in ("kubelet", "kube-proxy"):
+            mounts += ["-v", "%s:/usr/bin/%s:ro" % (self._go_binary(program), program)]
         tree, count = self._node_tree(name, case, harness, tmp, node_ip)
         if series == "2":
             # Bind mounts, not an image layer: nothing to build or cache (80 MB of binaries), and the
@@ -307,18 +264,15 @@ class Lab:
 
         self._wait("%s to boot" % name, booted)
         self._wait("containerd's CRI plugin in %s" % name, cri_ok)
-        for archive in REAL_IMAGE_ARCHIVES if self.kubernetes == "real" else IMAGE_ARCHIVES:
+        for archive in IMAGE_ARCHIVES:
             self.node_exec(container, "ctr", "-n", "k8s.io", "images", "import", "/opt/lab/" + archive)
-        if self.kubernetes == "real":
-            self._wait("the kubelet of %s to register its Node and node IPAM to give it a podCIDR" % name,
-                       lambda: ((self._get_node(name) or {}).get("spec") or {}).get("podCIDR"))
-            self._write_cni_config(name, self._get_node(name)["spec"]["podCIDR"])
+        self._wait("the kubelet of %s to register its Node and node IPAM to give it a podCIDR" % name,
+                   lambda: ((self._get_node(name) or {}).get("spec") or {}).get("podCIDR"))
+        self._write_cni_config(name, self._get_node(name)["spec"]["podCIDR"])
         self._wait("the kubelet of %s to register a Ready Node" % name, node_ready)
 
     def _get_node(self, name):
         """The Node as the API server has it, or None."""
-        if self.kubernetes == "emulated":
-            return self.emulator.get("v1", "Node", name) if self.emulator.exists("v1", "Node", name) else None
         proc = subprocess.run([self._go_binary("kubectl"), "--kubeconfig", self.control_plane.kubeconfig_path("admin"),
                                "get", "node", name, "-o", "json", "--ignore-not-found"],
                               capture_output=True, text=True, check=False)
@@ -340,61 +294,7 @@ class Lab:
         except control_plane.ControlPlaneError as err:
             raise LabError(str(err))
 
-    def _grant(self):
-        """RBAC for the lab's kubelets (group system:nodes) and controllers (cluster-admin)."""
-        role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                "metadata": {"name": "gpuready-lab:node"}, "rules": NODE_RULES}
-        bindings = [("gpuready-lab:node", "gpuready-lab:node", {"kind": "Group", "name": "system:nodes"}),
-                    ("gpuready-lab:controllers", "cluster-admin",
-                     {"kind": "User", "name": "system:kube-controller-manager"})]
-        objects = [role] + [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                             "metadata": {"name": name},
-                             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": ref},
-                             "subjects": [dict(subject, apiGroup="rbac.authorization.k8s.io")]}
-                            for name, ref, subject in bindings]
-        for obj in objects:
-            if not self.emulator.exists(obj["apiVersion"], obj["kind"], obj["metadata"]["name"]):
-                self.emulator.create(obj)
-
-    def _start_controllers(self):
-        """The simulated control plane (lab/control/controllers.py) on this machine, as its own
-        process: one per API server, so a second lab on a shared emulator uses the first one's
-        (and leaves it running at its own ``down``). Returns the pid when this lab started it."""
-        shared = getattr(self.emulator, "lab_controllers", None)
-        if shared is not None and shared.poll() is None:
-            return None
-        identity = self.emulator.add_identity("system:kube-controller-manager")
-        log_path = os.path.join(self.run_dir, "controllers.log")
-        with open(log_path, "ab") as handle:
-            process = subprocess.Popen([sys.executable, CONTROLLERS, "--kubeconfig", identity.kubeconfig,
-                                        "--node-selector", LAB_NODE_LABEL + "=true",
-                                        "--namespace-selector", "!" + FOREIGN_NAMESPACE_LABEL],
-                                       stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
-        self.controllers = self.emulator.lab_controllers = process
-        with open(os.path.join(self.run_dir, "controllers.pid"), "w") as handle:
-            handle.write("%d\n" % process.pid)
-        return process.pid
-
-    def _kubelet_files(self, name, tree):
-        """/etc/kubernetes/kubelet.conf (a token for system:node:NAME), the CA, /etc/default/kubelet."""
-        identity = self.emulator.add_identity("system:node:" + name, groups=["system:nodes"])
-        os.makedirs(os.path.join(tree, "etc", "kubernetes", "pki"))
-        os.makedirs(os.path.join(tree, "etc", "default"), exist_ok=True)
-        shutil.copyfile(self.emulator.ca_cert, os.path.join(tree, "etc", "kubernetes", "pki", "ca.crt"))
-        config = {"apiVersion": "v1", "kind": "Config", "current-context": "kubelet",
-                  "clusters": [{"name": "lab", "cluster": {"server": self.emulator.url,
-                                                           "certificate-authority": "/etc/kubernetes/pki/ca.crt"}}],
-                  "users": [{"name": "kubelet", "user": {"token": identity.token}}],
-                  "contexts": [{"name": "kubelet", "context": {"cluster": "lab", "user": "kubelet"}}]}
-        with open(os.path.join(tree, "etc", "kubernetes", "kubelet.conf"), "w") as handle:
-            json.dump(config, handle, indent=1)
-        os.chmod(os.path.join(tree, "etc", "kubernetes", "kubelet.conf"), 0o600)
-        with open(os.path.join(tree, "etc", "default", "kubelet"), "w") as handle:
-            # Host network: every node's kubelet shares the machine's ports, so each gets a free one.
-            handle.write("KUBELET_NODE_NAME=%s\nKUBELET_PORT=%d\nKUBELET_NODE_LABELS=%s=true\n"
-                         % (name, _free_port(), LAB_NODE_LABEL))
-
-    def _real_kubelet_files(self, name, tree, node_ip):
+    def _kubelet_files(self, name, tree, node_ip):
         """What kubeadm join leaves on a node: kubelet.conf (a certificate for system:node:NAME), the
         cluster CA, the kubelet's unit and its flags; and kube-proxy with its own identity."""
         kubeconfig = self.control_plane.issue_kubeconfig("node-" + name, "system:node:" + name,
@@ -406,7 +306,6 @@ class Lab:
         for source, dest, mode in (
                 (kubeconfig, "etc/kubernetes/kubelet.conf", 0o600),
                 (self.control_plane.ca.cert_path, "etc/kubernetes/pki/ca.crt", 0o644),
-                (os.path.join(LAB_DIR, "node", "kubelet-real.service"), "etc/systemd/system/kubelet.service", 0o644),
                 (proxy_kubeconfig, "var/lib/kube-proxy/kubeconfig.conf", 0o600),
                 (os.path.join(LAB_DIR, "node", "kube-proxy-config.yaml"), "var/lib/kube-proxy/config.conf", 0o644),
                 (os.path.join(LAB_DIR, "node", "kube-proxy.service"), "etc/systemd/system/kube-proxy.service", 0o644)):
@@ -427,10 +326,9 @@ class Lab:
                  "        # The nodes' GPUs are in a fake sysfs and DMI file (lab/README.md); their own /sys is the host's",
                  "        gpuready_sysfs_root: %s" % FAKE_SYSFS_ROOT,
                  "        gpuready_dmi_product_file: %s" % FAKE_DMI_PRODUCT_FILE]
-        if self.kubernetes == "real":
-            lines += ["        # The images the lab built from the Go modules lab/go pins (lab/go/README.md says why these)",
-                      "        gpuready_device_plugin_version: %s" % control_plane.gobuild.component("device-plugin").version,
-                      "        gpuready_nfd_version: %s" % control_plane.gobuild.component("nfd").version]
+        lines += ["        # The images the lab built from the Go modules lab/go pins (lab/go/README.md says why these)",
+                  "        gpuready_device_plugin_version: %s" % control_plane.gobuild.component("device-plugin").version,
+                  "        gpuready_nfd_version: %s" % control_plane.gobuild.component("nfd").version]
         lines += ["      hosts:"]
         for name in self.names:
             spec = NODES[name]
@@ -471,24 +369,8 @@ class Lab:
             self.podman("volume", "rm", "-f", volume, check=False)
         return found
 
-    def _stop_controllers(self, state):
-        """Stops the controllers this lab started (state or pid file); returns their pid."""
-        pid = state.get("controllers_pid")
-        pid_file = os.path.join(self.run_dir, "controllers.pid")
-        if pid is None and not state and os.path.exists(pid_file):
-            with open(pid_file) as handle:
-                pid = int(handle.read().strip())
-        if pid and _alive(pid) and _is_controllers(pid):
-            os.kill(pid, signal.SIGTERM)
-        process = getattr(self, "controllers", None)
-        if process is not None and process.pid == pid:
-            process.wait(10)  # started by this process: reap it
-            if getattr(self.emulator, "lab_controllers", None) is process:
-                self.emulator.lab_controllers = None
-        return pid
-
     def down(self, wait_s=15, count_zombies=False):
-        """Remove nodes, volumes, Node objects and the lab's own emulator; returns the problems left.
+        """Remove the nodes, their volumes and the control plane; returns the problems left.
 
         Defunct conmons (podman's double-forked monitors, reaped late by this machine's PID 1) are
         problems only with ``count_zombies`` (the teardown test); otherwise they are logged."""
@@ -497,7 +379,6 @@ class Lab:
         if os.path.exists(self.state_path):
             with open(self.state_path) as handle:
                 state = json.load(handle)
-        controllers_pid = self._stop_controllers(state)
         if not os.path.exists(os.path.join(self.cache, "etc", "containers.conf")):
             removed = []
         else:
@@ -506,23 +387,6 @@ class Lab:
             left_running = control_plane.ControlPlane(state["control_plane"]).down()
         else:
             left_running = []
-        if self.emulator is not None and state.get("kubernetes", "emulated") == "emulated":
-            # After the nodes are gone, so that no kubelet registers its Node again.
-            for name in state.get("nodes", self.names):
-                if self.emulator.exists("v1", "Node", name):
-                    self.emulator.delete("v1", "Node", name)
-                for pod in self.emulator.list("v1", "Pod", namespace=None, field_selector="spec.nodeName=" + name):
-                    self.emulator.delete("v1", "Pod", pod["metadata"]["name"], namespace=pod["metadata"]["namespace"])
-        pid_file = os.path.join(self.run_dir, "k8s-api.pid")
-        emulator_pid = None
-        if os.path.exists(pid_file):
-            with open(pid_file) as handle:
-                emulator_pid = int(handle.read().strip())
-            if _alive(emulator_pid) and _is_emulator(emulator_pid):
-                os.kill(emulator_pid, signal.SIGTERM)
-            process = getattr(self.emulator, "process", None)
-            if process is not None and process.pid == emulator_pid:
-                process.wait(10)  # started by this process: reap it
         problems = []
         deadline = time.monotonic() + wait_s
         while True:
@@ -542,26 +406,36 @@ class Lab:
             new_zombies = sorted(set(_zombie_conmons()) & set(conmon for _cid, _name, _ns, conmon in removed))
             if new_zombies and count_zombies:
                 problems.append("defunct conmon(s) left: %s" % new_zombies)
-            if emulator_pid and _alive(emulator_pid) and _is_emulator(emulator_pid):
-                problems.append("API emulator (pid %d) still running" % emulator_pid)
-            if controllers_pid and _alive(controllers_pid) and _is_controllers(controllers_pid):
-                problems.append("controllers (pid %d) still running" % controllers_pid)
             if not problems or time.monotonic() > deadline:
                 break
             time.sleep(0.25)
         if not problems:
-            for path in (self.state_path, pid_file, os.path.join(self.run_dir, "controllers.pid"),
-                         os.path.join(self.run_dir, "inventory.yml"),
+            for path in (self.state_path, os.path.join(self.run_dir, "inventory.yml"),
                          os.path.join(self.run_dir, "kubeconfig")):
                 if os.path.exists(path):
                     os.unlink(path)
-            shutil.rmtree(os.path.join(self.run_dir, "k8s-api"), ignore_errors=True)
         self.timings["down_s"] = round(time.monotonic() - t0, 1)
         if new_zombies and not count_zombies:
             log("down: defunct conmon(s) not reaped yet by PID 1 (harmless): %s" % new_zombies)
         left = "; LEFT: " + "; ".join(problems) if problems else ""
         log("down: %d node(s) removed in %ss%s" % (len(removed), self.timings["down_s"], left))
         return problems
+
+    def _running_control_plane(self):
+        with open(self.state_path) as handle:
+            state = json.load(handle)
+        if not state.get("control_plane"):
+            raise LabError("this lab runs no real control plane (%s)" % self.state_path)
+        return control_plane.ControlPlane(state["control_plane"])
+
+    def add_user(self, name, groups=()):
+        """A client certificate for the user `name` (CN; O = groups) from the lab's CA, in a kubeconfig that
+        carries it inline; returns the kubeconfig's path. The user has no rights until bound to a role."""
+        return self._running_control_plane().issue_kubeconfig("user-" + name, name, groups, embed=True)
+
+    def requests(self):
+        """What users and workloads asked the API server, from its audit log (ControlPlane.requests)."""
+        return self._running_control_plane().requests()
 
     def exports(self):
         with open(self.state_path) as handle:
@@ -598,50 +472,19 @@ def _readlink(path):
         return None
 
 
-def _free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _alive(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as handle:
-            return handle.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _is_controllers(pid):
-    try:
-        with open("/proc/%d/cmdline" % pid, "rb") as handle:
-            return CONTROLLERS.encode() in handle.read()
-    except OSError:
-        return False
-
-
-def _is_emulator(pid):
-    try:
-        with open("/proc/%d/cmdline" % pid, "rb") as handle:
-            return b"k8s_emulator" in handle.read()
-    except OSError:
-        return False
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("up", "down", "env"))
+    parser.add_argument("what", choices=("up", "down", "env", "user", "requests"))
     parser.add_argument("--nodes", default=",".join(DEFAULT_NODES),
                         help="comma-separated, of: %s (default: %s)" % (", ".join(NODES), ",".join(DEFAULT_NODES)))
     parser.add_argument("--prefix", default=PREFIX,
                         help="container name prefix (default %s); labs with other prefixes run beside it" % PREFIX)
     parser.add_argument("--run-dir", help="run state folder (default .cache/lab/run); one per prefix")
-    parser.add_argument("--kubernetes", choices=("emulated", "real"), default="real",
-                        help="the real control plane and kubelet (default), or the API emulator and simulated kubelets")
+    parser.add_argument("--name", help="user: the user's name (the certificate's CN)")
+    parser.add_argument("--group", action="append", default=[], help="user: a group (the certificate's O); repeatable")
     args = parser.parse_args()
     try:
-        lab = Lab(nodes=[n for n in args.nodes.split(",") if n], prefix=args.prefix, run_dir=args.run_dir,
-                  kubernetes=args.kubernetes)
+        lab = Lab(nodes=[n for n in args.nodes.split(",") if n], prefix=args.prefix, run_dir=args.run_dir)
     except LabError as err:
         log(str(err))
         return 1
@@ -658,6 +501,19 @@ def main():
         return 1 if lab.down() else 0
     if not os.path.exists(lab.state_path):
         log("no lab is up (%s is missing)" % lab.state_path)
+        return 1
+    try:
+        if args.what == "user":
+            if not args.name:
+                log("user: --name is required")
+                return 2
+            print(lab.add_user(args.name, args.group))
+            return 0
+        if args.what == "requests":
+            json.dump(lab.requests(), sys.stdout)
+            return 0
+    except LabError as err:
+        log("%s failed: %s" % (args.what, err))
         return 1
     for key, value in lab.exports().items():
         print("export %s=%s" % (key, _quote(value)))

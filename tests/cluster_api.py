@@ -11,7 +11,6 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import base64
-import calendar
 import json
 import os
 import time
@@ -100,18 +99,8 @@ class ClusterApi(object):
 
     # -- what was asked ---------------------------------------------------------------------------
     def requests(self):
-        """Every audited request so far (users and workloads, not the cluster's own components), oldest
-        first, as dicts: user, verb, group, resource, subresource, namespace, name, code, path, time (epoch)."""
-        entries = []
-        for event in self.plane.audit_events():
-            ref = event.get('objectRef') or {}
-            entries.append({
-                'user': event['user']['username'], 'verb': event['verb'], 'group': ref.get('apiGroup', ''),
-                'resource': ref.get('resource'), 'subresource': ref.get('subresource'),
-                'namespace': ref.get('namespace'), 'name': ref.get('name'),
-                'code': (event.get('responseStatus') or {}).get('code'), 'path': event['requestURI'],
-                'time': _epoch(event['requestReceivedTimestamp'])})
-        return entries
+        """Every audited request so far: lab/control_plane.py ControlPlane.requests()."""
+        return self.plane.requests()
 
 
 def wait_for(what, check, timeout=120, interval=0.5, report=None):
@@ -125,9 +114,3 @@ def wait_for(what, check, timeout=120, interval=0.5, report=None):
         time.sleep(interval)
     raise AssertionError('timed out after %ss waiting for %s; last: %r%s' % (
         timeout, what, value, '\n' + report() if report else ''))
-
-
-def _epoch(timestamp):
-    """2026-12-06T05:30:50.123456Z -> seconds since the epoch."""
-    whole, _dot, fraction = timestamp.rstrip('Z').partition('.')
-    return calendar.timegm(time.strptime(whole, '%Y-%m-%dT%H:%M:%S')) + float('0.' + (fraction or '0'))

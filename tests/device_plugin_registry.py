@@ -18,9 +18,9 @@ import sys
 import threading
 from concurrent import futures
 
-import lab_control
+import lab_scripts
 
-gobuild = lab_control.script("lab/go/gobuild.py", "gpuready_gobuild")
+gobuild = lab_scripts.script("lab/go/gobuild.py", "gpuready_gobuild")
 KUBELET_MODULE = "k8s.io/kubelet"
 PROTO_DIR = os.path.join("pkg", "apis", "deviceplugin", "v1beta1")
 
@@ -31,8 +31,8 @@ def compile_api(out_dir):
     subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I", proto_dir, "--python_out=" + out_dir,
                     "--grpc_python_out=" + out_dir, os.path.join(proto_dir, "api.proto")], check=True)
     # api_pb2_grpc imports api_pb2 by that name.
-    pb2 = sys.modules["api_pb2"] = lab_control.script(os.path.join(out_dir, "api_pb2.py"), "api_pb2")
-    return pb2, lab_control.script(os.path.join(out_dir, "api_pb2_grpc.py"), "api_pb2_grpc")
+    pb2 = sys.modules["api_pb2"] = lab_scripts.script(os.path.join(out_dir, "api_pb2.py"), "api_pb2")
+    return pb2, lab_scripts.script(os.path.join(out_dir, "api_pb2_grpc.py"), "api_pb2_grpc")
 
 
 class Registry:

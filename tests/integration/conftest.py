@@ -20,7 +20,7 @@ import tempfile
 
 import pytest
 
-import lab_control
+import lab_scripts
 import require
 from ansible_collections.gpuready.nvidia.tests.integration.containerd_daemon import (
     SERIES, ContainerdDaemon, binary_version)
@@ -151,7 +151,7 @@ def lab_module():
     why = _lab_unavailable()
     if why:
         _missing(why)
-    return lab_control.script('lab/lab.py', 'gpuready_lab')
+    return lab_scripts.script('lab/lab.py', 'gpuready_lab')
 
 
 LAB_FIXTURES = ('lab', 'lab_v3')
@@ -170,10 +170,10 @@ def _molecule_items(session):
 
 def pytest_collection_finish(session):
     """The Molecule scenarios (test_molecule.py) start before the first test and run beside the others:
-    they have lab nodes and API emulators of their own, and mostly wait."""
+    they have lab nodes and control planes of their own, and mostly wait."""
     items = _molecule_items(session)
     if items and _lab_unavailable() is None:
-        items[0].module.start_scenarios(session.config, lab_control.script('lab/lab.py', 'gpuready_lab'), items)
+        items[0].module.start_scenarios(session.config, lab_scripts.script('lab/lab.py', 'gpuready_lab'), items)
 
 
 def pytest_sessionfinish(session):
@@ -217,7 +217,7 @@ def lab_api(lab):  # pylint: disable=redefined-outer-name
 
 def _running_control_plane(run_dir, apiserver_args=()):
     """Yields lab/control_plane.py's control plane, up in run_dir, and stops it afterwards."""
-    module = lab_control.script('lab/control_plane.py', 'gpuready_control_plane')
+    module = lab_scripts.script('lab/control_plane.py', 'gpuready_control_plane')
     try:
         for program in module.PROCESSES:
             module.binary(program)

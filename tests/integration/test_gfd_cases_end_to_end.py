@@ -15,12 +15,12 @@ import yaml
 
 import gfd_cases as cases
 import device_plugin_registry as registry
-import lab_control
+import lab_scripts
 from fake_nvml import harness
 from playbook import run_tasks
 
 ALL_CASES = cases.all_cases()
-gobuild = lab_control.script("lab/go/gobuild.py", "gpuready_gobuild")
+gobuild = lab_scripts.script("lab/go/gobuild.py", "gpuready_gobuild")
 # GFD's own names for the collection's sharing strategies (its config file, version v1)
 GFD_SHARING = {"time-slicing": "timeSlicing", "mps": "mps"}
 TIMESTAMP = "nvidia.com/gfd.timestamp"

@@ -33,7 +33,7 @@ import time
 import pytest
 import yaml
 
-import lab_control
+import lab_scripts
 from cluster_api import wait_for
 from ansible_collections.gpuready.nvidia.tests import apt_repo, offline_wheels
 
@@ -49,7 +49,7 @@ SAVED_CONFIG = '/root/doctor-saved-config.toml'
 NVML = '/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1'
 RUNTIME = '/usr/bin/nvidia-container-runtime'
 # The image the lab built and imported (lab/go/device-plugin), which the lab's inventory has site.yml deploy
-PLUGIN_VERSION = lab_control.script('lab/go/gobuild.py', 'gpuready_gobuild').component('device-plugin').version
+PLUGIN_VERSION = lab_scripts.script('lab/go/gobuild.py', 'gpuready_gobuild').component('device-plugin').version
 PLUGIN_IMAGE = 'nvcr.io/nvidia/k8s-device-plugin:' + PLUGIN_VERSION
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MANIFESTS = os.path.join(ROOT, 'tests', 'fixtures', 'manifests')

@@ -3,8 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The Molecule scenarios (molecule/*/molecule.yml) as `make test` runs them: `molecule test -s NAME`
 in the collection's root. Each scenario's create/destroy start and remove its own lab nodes from the
-cached lab images (molecule/shared/create.yml), with their own API emulator on a free port, so
-scenarios share nothing and GPUREADY_MOLECULE_JOBS of them (2 unless set) run at once: most of a
+cached lab images (molecule/shared/create.yml) around a real control plane of their own (a network
+namespace each), so scenarios share nothing and GPUREADY_MOLECULE_JOBS of them (2 unless set) run at once: most of a
 scenario's time is spent waiting on containerd restarts, rollouts and pod phases, not on CPU. For the
 same reason they start when collection ends (conftest.py), beside the other integration tests."""
 
@@ -31,7 +31,7 @@ SCENARIOS = sorted(name for name in os.listdir(MOLECULE_DIR)
 CLUSTER_SCENARIOS = ('sharing', 'default', 'adopt', 'runtimeclass')
 JOBS = int(os.environ.get('GPUREADY_MOLECULE_JOBS', '2'))
 # What a leaked credential looks like in a log: a private key, a kubeconfig's inline key, a bearer token
-# (the scenarios' users authenticate with tokens and client keys their API emulator issued)
+# (the scenarios' users authenticate with client keys their lab's CA issued)
 SECRET_SHAPES = re.compile(r'PRIVATE KEY-----|client-key-data|Bearer [A-Za-z0-9_.-]{20,}')
 # (scenario names in start order, {name: future of _run_scenario}), set by start_scenarios
 RUNS = pytest.StashKey()

@@ -19,7 +19,7 @@ import re
 import pytest
 import yaml
 
-import lab_control
+import lab_scripts
 import require
 from ansible_collections.gpuready.nvidia.plugins.module_utils import doctor_checks, doctor_evidence
 from ansible_collections.gpuready.nvidia.plugins.module_utils.doctor_causes import Finding
@@ -27,7 +27,7 @@ from cluster_api import wait_for
 from fake_nvml import harness
 from playbook import run_tasks
 
-gobuild = lab_control.script('lab/go/gobuild.py', 'gpuready_gobuild')
+gobuild = lab_scripts.script('lab/go/gobuild.py', 'gpuready_gobuild')
 
 NODE = 'gpu-p4'
 HOST = 'p4.lab.internal'

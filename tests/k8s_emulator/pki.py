@@ -63,6 +63,16 @@ class CertificateAuthority:
         _write(os.path.join(directory, 'ca.key'), _key_pem(key), 0o600)
         return cls(key, cert, cert_path)
 
+    @classmethod
+    def load(cls, directory):
+        """The CA create() wrote into directory, to issue more certificates from another process."""
+        cert_path = os.path.join(directory, 'ca.crt')
+        with open(cert_path, 'rb') as handle:
+            cert = x509.load_pem_x509_certificate(handle.read())
+        with open(os.path.join(directory, 'ca.key'), 'rb') as handle:
+            key = serialization.load_pem_private_key(handle.read(), password=None)
+        return cls(key, cert, cert_path)
+
     def issue(self, cert_path, key_path, common_name, organizations=(), server_names=None):
         """A leaf certificate: for a server when server_names (DNS names and IP addresses) is
         given, else a client certificate. Returns (cert_path, key_path)."""

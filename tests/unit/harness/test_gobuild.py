@@ -11,9 +11,9 @@ __metaclass__ = type
 
 import pytest
 
-import lab_control
+import lab_scripts
 
-gobuild = lab_control.script('lab/go/gobuild.py', 'gobuild')
+gobuild = lab_scripts.script('lab/go/gobuild.py', 'gobuild')
 
 KUBERNETES = '''module k8s.io/kubernetes
 
