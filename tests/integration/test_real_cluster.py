@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) gpuready.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The seed on the real cluster (lab/lab.py --kubernetes real): kube-apiserver, scheduler and controllers
+"""The seed on the real cluster (lab/lab.py): kube-apiserver, scheduler and controllers
 1.37, the real kubelet on gpu-p4, and the real NVIDIA device plugin (lab/go) loading the fake NVML that
 the node's nvidia runtime gives it. Nothing here answers with the collection's own code: the plugin's
 errors, the Node's capacity and the scheduler's message are the upstream programs' own. Then the real

@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""The lab on the real control plane (lab/lab.py --kubernetes real): Nodes written by the real kubelet,
+"""The lab on the real control plane (lab/lab.py): Nodes written by the real kubelet,
 pods on a CNI network that reach the API server through the `kubernetes` Service (kube-proxy)."""
 
 from __future__ import absolute_import, division, print_function
