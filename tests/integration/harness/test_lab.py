@@ -164,7 +164,7 @@ def test_up_down_leaves_nothing(lab, lab_module, tmp_path):
         problems = other.down(count_zombies=True)
     assert problems == []
     assert other.podman('ps', '-a', '--filter', 'name=^gpuready-labtest-', '--format', '{{.ID}}').strip() == ''
-    assert [name for name, pid in plane['pids'].items() if lab_module._alive(pid)] == []  # pylint: disable=protected-access
+    assert [name for name, pid in plane['pids'].items() if lab_module.control_plane._alive(pid)] == []  # pylint: disable=protected-access
     namespaces = subprocess.run(['ip', 'netns', 'list'], stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout
     assert plane['network']['name'] not in namespaces.split(), namespaces
     for name in ('gpu-p4', 'gpu-h100'):
