@@ -166,11 +166,17 @@ class Lab:
         with open(GFD_CASES) as handle:
             cases = dict((case["name"], case) for case in json.load(handle))
         t0 = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix="gpuready-lab-") as tmp:
-            for index, name in enumerate(self.names):
-                state["nodes"][name] = self._create_node(name, cases[NODES[name]["case"]], harness, tmp, index)
-        for name in self.names:
-            self._wait_node(name)
+        try:
+            with tempfile.TemporaryDirectory(prefix="gpuready-lab-") as tmp:
+                for index, name in enumerate(self.names):
+                    state["nodes"][name] = self._create_node(name, cases[NODES[name]["case"]], harness, tmp, index)
+            for name in self.names:
+                self._wait_node(name)
+        except BaseException:
+            # No state.json yet, so down() would not find this control plane: a failed up stops its own.
+            self._remove_nodes()
+            self.control_plane.down()
+            raise
         self.timings["nodes_s"] = round(time.monotonic() - t0, 1)
         state["kubeconfig"] = os.path.join(self.run_dir, "kubeconfig")
         shutil.copyfile(self.control_plane.kubeconfig_path("admin"), state["kubeconfig"])

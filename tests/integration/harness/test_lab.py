@@ -172,6 +172,26 @@ def test_up_down_leaves_nothing(lab, lab_module, tmp_path):
     print('lab timings: %s' % other.timings)
 
 
+def test_a_failed_up_leaves_nothing(lab, lab_module, tmp_path, monkeypatch):  # pylint: disable=unused-argument
+    """A node that fails after the control plane is up (as a podman start can): up raises and leaves no
+    container, control plane process or network namespace, though it wrote no state.json for down()."""
+    other = lab_module.Lab(nodes=['gpu-p4'], prefix='gpuready-labfail-', run_dir=str(tmp_path / 'run'))
+    seen = {}
+
+    def fail(name):
+        seen.update(other.control_plane.state)
+        raise lab_module.LabError('%s: podman start failed (injected by the test)' % name)
+
+    monkeypatch.setattr(other, '_wait_node', fail)
+    with pytest.raises(lab_module.LabError, match='injected'):
+        other.up()
+    assert seen['pids'] and not os.path.exists(other.state_path)
+    assert [name for name, pid in seen['pids'].items() if lab_module.control_plane._alive(pid)] == []  # pylint: disable=protected-access
+    namespaces = subprocess.run(['ip', 'netns', 'list'], stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout
+    assert [ns for ns in namespaces.split() if ns.startswith(seen['network']['name'])] == [], namespaces
+    assert other.podman('ps', '-a', '--filter', 'name=^gpuready-labfail-', '--format', '{{.ID}}').strip() == ''
+
+
 @pytest.fixture(scope='module')
 def lab_v3(lab_module, tmp_path_factory):
     """The containerd 2.x node alone, with its own prefix, run dir and control plane, its real kubelet on
