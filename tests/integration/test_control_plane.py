@@ -410,5 +410,9 @@ def test_the_watch_lists_again_when_the_real_server_says_410(uncached_control_pl
     assert objects['watch-2']['metadata']['labels']['phase'] == 'after', (recorded.requests, seen)
     # list, the watch refused, a second list, the watch that saw the change
     assert [bool(r.get('watch')) for r in recorded.requests] == [False, True, False, True], recorded.requests
-    assert [e['type'] for e in recorded.events] == ['ERROR', 'MODIFIED'], seen
+    # The first watch's one event is the 410. The second sees our change, and may see a controller's too: the
+    # controller-manager writes Nodes as well (node IPAM's podCIDR; node lifecycle's taints once a Node with no
+    # kubelet has outlived its grace period), whenever a loaded machine gets round to it.
+    assert [e['type'] for e in recorded.events[:2]] == ['ERROR', 'MODIFIED'], seen
+    assert set(e['type'] for e in recorded.events[1:]) == {'MODIFIED'}, seen
     assert recorded.events[0]['object']['code'] == 410, recorded.events[0]
