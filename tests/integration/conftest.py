@@ -158,13 +158,10 @@ LAB_FIXTURES = ('lab', 'lab_v3')
 
 
 def pytest_collection_modifyitems(items):
-    """Tests that use the session lab or the containerd 2.x lab run after the others, so that their nodes and
-    control planes (memory, and CPU while they settle) are held only at the end of the run; the Molecule
-    scenarios' results are collected last of all: the scenarios run in the background from the start, and
-    the lab tests, which mostly wait on pods and restarts, overlap them instead of waiting for them. Stable,
-    so files keep their order within each group."""
-    items.sort(key=lambda item: (item.path.name == 'test_molecule.py',
-                                 any(name in LAB_FIXTURES for name in getattr(item, 'fixturenames', ()))))
+    """Tests that use the session lab or the containerd 2.x lab run after all others, so that their nodes and
+    control planes (memory, and CPU while they settle) are held only at the end of the run. Stable, so files
+    keep their order within each group."""
+    items.sort(key=lambda item: any(name in LAB_FIXTURES for name in getattr(item, 'fixturenames', ())))
 
 
 def _molecule_items(session):

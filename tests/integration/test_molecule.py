@@ -6,8 +6,7 @@ in the collection's root. Each scenario's create/destroy start and remove its ow
 cached lab images (molecule/shared/create.yml) around a real control plane of their own (a network
 namespace each), so scenarios share nothing and GPUREADY_MOLECULE_JOBS of them (2 unless set) run at once: most of a
 scenario's time is spent waiting on containerd restarts, rollouts and pod phases, not on CPU. For the
-same reason they start when collection ends (conftest.py), beside the other integration tests, and their
-results are collected after every other test's."""
+same reason they start when collection ends (conftest.py), beside the other integration tests."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -48,7 +47,7 @@ def _run_scenario(scenario):
     started = time.monotonic()
     try:
         proc = subprocess.run([molecule, 'test', '-s', scenario], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, universal_newlines=True, timeout=2400, check=False)
+                              stderr=subprocess.STDOUT, universal_newlines=True, timeout=1500, check=False)
     finally:
         shutil.rmtree(ephemeral, ignore_errors=True)
     return proc.returncode, proc.stdout, time.monotonic() - started
