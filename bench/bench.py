@@ -327,8 +327,7 @@ def bench_site(out, work, smoke):
     try:
         lab.up()
         exports = lab.exports()
-        env = dict(os.environ, CONTAINERS_CONF=exports['CONTAINERS_CONF'],
-                   CONTAINERS_STORAGE_CONF=exports['CONTAINERS_STORAGE_CONF'], ANSIBLE_NOCOLOR='1')
+        env = dict(os.environ, ANSIBLE_NOCOLOR='1', **lab.ansible_env())
         extra = json.dumps({'gpuready_k8s_kubeconfig': exports['KUBECONFIG'], 'node_python_wheels_dir': wheels,
                             'node_python_update_cache': False, 'container_toolkit_apt_repo_url': url + '/repo',
                             'container_toolkit_gpg_key': os.path.join(repo, 'gpgkey.asc')})

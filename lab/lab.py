@@ -35,6 +35,8 @@ ROOT = os.path.dirname(LAB_DIR)
 TESTS = os.path.join(ROOT, "tests")
 PREFIX = "gpuready-lab-"
 GPU_IMAGE = "localhost/gpuready-lab-gpunode:bookworm"
+# The inventory's connection to the nodes (lab/connection_plugins/lab_node.py: nsenter and pipelining)
+CONNECTION_PLUGINS = os.path.join(LAB_DIR, "connection_plugins")
 GFD_CASES = os.path.join(TESTS, "fixtures", "gfd", "gfd_label_cases.public.json")
 # Kubernetes Node name -> GFD label case, Ansible inventory name, Ansible user (None: root),
 # and optionally: "containerd" ("1.6", Debian's, the
@@ -100,11 +102,16 @@ class Lab:
             raise LabError("unknown node(s) %s; known: %s" % (", ".join(unknown), ", ".join(NODES)))
         self.control_plane = None
         self.timings = {}
-        self.env = dict(os.environ, LAB_CACHE=self.cache,
-                        CONTAINERS_CONF=os.path.join(self.cache, "etc", "containers.conf"),
-                        CONTAINERS_STORAGE_CONF=os.path.join(self.cache, "etc", "storage.conf"))
+        self.env = dict(os.environ, LAB_CACHE=self.cache, **self.ansible_env())
 
     # -- helpers ---------------------------------------------------------------------------
+    def ansible_env(self):
+        """What podman and an Ansible run against the lab's inventory need in their environment: the lab's
+        podman configuration and where the inventory's connection (lab_node) is."""
+        return {"CONTAINERS_CONF": os.path.join(self.cache, "etc", "containers.conf"),
+                "CONTAINERS_STORAGE_CONF": os.path.join(self.cache, "etc", "storage.conf"),
+                "ANSIBLE_CONNECTION_PLUGINS": CONNECTION_PLUGINS}
+
     def podman(self, *args, check=True, stdin=None):
         proc = subprocess.run(["podman"] + list(args), env=self.env, input=stdin, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, universal_newlines=True, check=False)
@@ -325,9 +332,10 @@ class Lab:
 
     def _write_inventory(self):
         path = os.path.join(self.run_dir, "inventory.yml")
-        lines = ["# Written by lab/lab.py up. The podman connection needs the lab's podman configuration:",
-                 "# eval \"$(make -s lab-env)\" exports CONTAINERS_CONF and CONTAINERS_STORAGE_CONF (and KUBECONFIG,",
-                 "# which the collection's Kubernetes tasks read when gpuready_k8s_kubeconfig is unset).",
+        lines = ["# Written by lab/lab.py up. The lab_node connection needs the lab's podman configuration and its",
+                 "# own path: eval \"$(make -s lab-env)\" exports CONTAINERS_CONF, CONTAINERS_STORAGE_CONF and",
+                 "# ANSIBLE_CONNECTION_PLUGINS (and KUBECONFIG, which the collection's Kubernetes tasks read when",
+                 "# gpuready_k8s_kubeconfig is unset).",
                  "all:", "  children:", "    gpu_nodes:", "      vars:",
                  "        # The nodes' GPUs are in a fake sysfs and DMI file (lab/README.md); their own /sys is the host's",
                  "        gpuready_sysfs_root: %s" % FAKE_SYSFS_ROOT,
@@ -339,7 +347,7 @@ class Lab:
         for name in self.names:
             spec = NODES[name]
             lines += ["        %s:" % spec["inventory"],
-                      "          ansible_connection: containers.podman.podman",
+                      "          ansible_connection: lab_node",
                       "          ansible_host: %s" % self.container(name),
                       "          ansible_python_interpreter: /usr/bin/python3",
                       "          k8s_node_name: %s" % name,
@@ -446,8 +454,7 @@ class Lab:
         nodes = " ".join("%s=%s" % (name, info["container"]) for name, info in state["nodes"].items())
         return {"KUBECONFIG": state["kubeconfig"], "GPUREADY_LAB_INVENTORY": state["inventory"],
                 "GPUREADY_LAB_NODES": nodes, "GPUREADY_LAB_HOST_ADDRESS": state["host_address"],
-                "CONTAINERS_CONF": self.env["CONTAINERS_CONF"],
-                "CONTAINERS_STORAGE_CONF": self.env["CONTAINERS_STORAGE_CONF"]}
+                **self.ansible_env()}
 
 
 def _ps(fields):

@@ -111,9 +111,7 @@ class Deployer(object):
 
 def _playbook(lab, work, playbook, extra_vars, limit=None, check=True, verbose=False):
     exports = lab.exports()
-    env = dict(os.environ, CONTAINERS_CONF=exports['CONTAINERS_CONF'],
-               CONTAINERS_STORAGE_CONF=exports['CONTAINERS_STORAGE_CONF'], ANSIBLE_NOCOLOR='1',
-               ANSIBLE_LOG_PATH=str(work / 'ansible.log'))
+    env = dict(os.environ, ANSIBLE_NOCOLOR='1', ANSIBLE_LOG_PATH=str(work / 'ansible.log'), **lab.ansible_env())
     deployer = lab.deployer
     # Where the nodes' GPUs are comes from the lab's inventory (gpuready_sysfs_root), as for any user
     extra = dict(extra_vars, **deployer.auth(playbook))

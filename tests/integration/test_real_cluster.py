@@ -162,8 +162,7 @@ def configure_containerd(real_lab, tmp_path):
               'gpuready.nvidia.containerd_nvidia_runtime': {'set_as_default': True}},
              {'name': 'restart containerd', 'ansible.builtin.systemd': {'name': 'containerd', 'state': 'restarted'}}]
     proc, results = run_tasks(str(tmp_path), tasks, inventory=exports['GPUREADY_LAB_INVENTORY'], hosts=HOST,
-                              env={'CONTAINERS_CONF': exports['CONTAINERS_CONF'],
-                                   'CONTAINERS_STORAGE_CONF': exports['CONTAINERS_STORAGE_CONF']})
+                              env=real_lab.ansible_env())
     assert proc.returncode == 0, proc.stdout[-4000:]
     return results['runtime']
 

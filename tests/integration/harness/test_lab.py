@@ -126,24 +126,42 @@ def test_nodes_registered_by_their_kubelets(lab, lab_api):
 
 
 def test_ansible_reaches_every_node_through_the_inventory(lab, tmp_path):
-    """The inventory works as users will use it: the podman connection, the node names apart from
-    the inventory names, and become for the node reached as the non-root user."""
+    """The inventory works as users will use it: the lab_node connection (lab/connection_plugins), the node
+    names apart from the inventory names, and become for the node reached as the non-root user, who gets
+    their own home and groups, and owns a file the connection copies in as them."""
     exports = lab.exports()
     env = dict(os.environ, ANSIBLE_NOCOLOR='1', ANSIBLE_LOAD_CALLBACK_PLUGINS='1',
                ANSIBLE_STDOUT_CALLBACK='ansible.builtin.json', ANSIBLE_LOCAL_TEMP=str(tmp_path / 'l'),
-               CONTAINERS_CONF=exports['CONTAINERS_CONF'], CONTAINERS_STORAGE_CONF=exports['CONTAINERS_STORAGE_CONF'])
+               **lab.ansible_env())
 
-    def users(*extra):
+    def adhoc(module, args, *extra):
         cmd = [os.path.join(os.path.dirname(sys.executable), 'ansible'), 'gpu_nodes', '-i',
-               exports['GPUREADY_LAB_INVENTORY'], '-m', 'ansible.builtin.command', '-a', 'id -un'] + list(extra)
+               exports['GPUREADY_LAB_INVENTORY'], '-m', module, '-a', args] + list(extra)
         proc = subprocess.run(cmd, env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               universal_newlines=True, timeout=600, check=False)
         assert proc.returncode == 0, proc.stdout
-        hosts = json.loads(proc.stdout[proc.stdout.index('{'):])['plays'][0]['tasks'][0]['hosts']
-        return dict((host, result['stdout']) for host, result in hosts.items())
+        return json.loads(proc.stdout[proc.stdout.index('{'):])['plays'][0]['tasks'][0]['hosts']
 
-    assert users() == {'p4.lab.internal': 'root', 'h100.lab.internal': 'root'}  # ops becomes root
-    assert users('-e', 'ansible_become=false') == {'p4.lab.internal': 'root', 'h100.lab.internal': 'ops'}
+    def stdout(args, *extra):
+        results = adhoc('ansible.builtin.command', args, *extra)
+        return dict((host, result['stdout']) for host, result in results.items())
+
+    assert stdout('id -un') == {'p4.lab.internal': 'root', 'h100.lab.internal': 'root'}  # ops becomes root
+    as_login_user = ('-e', 'ansible_become=false')
+    assert stdout('id -un', *as_login_user) == {'p4.lab.internal': 'root', 'h100.lab.internal': 'ops'}
+    homes = stdout('sh -c "echo $HOME; id -Gn"', *as_login_user)
+    assert homes == {'p4.lab.internal': '/root\nroot', 'h100.lab.internal': '/home/ops\nops'}
+    # A file goes in (copy) and comes back (fetch) through the connection, owned by the login user
+    source = tmp_path / 'put.txt'
+    source.write_text('through the lab_node connection\n')
+    copied = adhoc('ansible.builtin.copy', 'src=%s dest=~/put.txt mode=0600' % source, *as_login_user)
+    assert all(result['changed'] for result in copied.values()), copied
+    owners = stdout('sh -c "stat -c %U ~/put.txt"', *as_login_user)
+    assert owners == {'p4.lab.internal': 'root', 'h100.lab.internal': 'ops'}
+    adhoc('ansible.builtin.fetch', 'src=~/put.txt dest=%s/' % (tmp_path / 'back'), *as_login_user)
+    for host in ('p4.lab.internal', 'h100.lab.internal'):
+        home = '/home/ops' if host.startswith('h100') else '/root'
+        assert (tmp_path / 'back' / host / home.lstrip('/') / 'put.txt').read_text() == source.read_text()
 
 
 # -- the containerd 2.x variant (config version 3) -------------------------------------------------
