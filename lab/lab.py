@@ -37,7 +37,7 @@ PREFIX = "gpuready-lab-"
 GPU_IMAGE = "localhost/gpuready-lab-gpunode:bookworm"
 # The inventory's connection to the nodes (lab/connection_plugins/lab_node.py: nsenter and pipelining)
 CONNECTION_PLUGINS = os.path.join(LAB_DIR, "connection_plugins")
-GFD_CASES = os.path.join(TESTS, "fixtures", "gfd", "gfd_label_cases.public.json")
+GFD_CASES = [os.path.join(TESTS, "fixtures", "gfd", "gfd_label_cases.%s.json" % kind) for kind in ("public", "own")]
 # Kubernetes Node name -> GFD label case, Ansible inventory name, Ansible user (None: root),
 # and optionally: "containerd" ("1.6", Debian's, the
 # default; "2": the 2.x binaries bind-mounted over it, with the config version 3 seed) and
@@ -47,6 +47,9 @@ NODES = {
     "gpu-h100": {"case": "dgx-h100-8x-h100-mig-capable-single", "inventory": "h100.lab.internal", "user": "ops"},
     "gpu-p4-v3": {"case": "seed-4x-tesla-p4-driver-535", "inventory": "p4-v3.lab.internal", "user": None,
                   "containerd": "2", "default": False},
+    # MIG enabled: one A100 in seven 1g.5gb instances (the MIG strategies on the real plugin and GFD)
+    "gpu-a100-mig": {"case": "dgx-a100-mig-single-time-slicing", "inventory": "a100-mig.lab.internal", "user": None,
+                     "default": False},
 }
 DEFAULT_NODES = [name for name, spec in NODES.items() if spec.get("default", True)]
 # The containerd 2.x node: these binaries replace Debian's 1.6 ones (read-only bind mounts), and
@@ -58,6 +61,7 @@ NVIDIA_MAJOR, UVM_MAJOR = 195, 508  # nvidia-uvm's major is dynamic on a real no
 # tells the collection (gpuready_sysfs_root, gpuready_dmi_product_file)
 FAKE_SYSFS_ROOT = "/var/lib/nvidia-fake/sys"
 FAKE_DMI_PRODUCT_FILE = "/var/lib/nvidia-fake/product_name"
+FAKE_PROC_DRIVER = "/var/lib/nvidia-fake/proc-driver"
 CRI = ["env", "PYTHONPATH=/opt/lab/pylib", "python3", "/opt/lab/cri.py"]
 # Imported into every node's containerd: the pause and workload images, the real device plugin, GFD, MPS
 # daemon and config manager, and NFD (lab/go)
@@ -170,8 +174,10 @@ class Lab:
             raise LabError(str(err))
         state["control_plane"] = self.control_plane.run_dir
         harness = _load("lab_fake_nvml_harness", os.path.join(TESTS, "fake_nvml", "harness.py"))
-        with open(GFD_CASES) as handle:
-            cases = dict((case["name"], case) for case in json.load(handle))
+        cases = {}
+        for path in GFD_CASES:
+            with open(path) as handle:
+                cases.update((case["name"], case) for case in json.load(handle))
         t0 = time.monotonic()
         try:
             with tempfile.TemporaryDirectory(prefix="gpuready-lab-") as tmp:
@@ -208,6 +214,8 @@ class Lab:
         shutil.copy(os.path.join(LAB_DIR, "node", "lab-init.sh"), os.path.join(tree, "usr", "local", "sbin", "lab-init"))
         shutil.copyfile(fake["config"], os.path.join(tree, "etc", "nvidia-fake", "gpus.json"))
         shutil.copytree(fake["sysfs_root"], os.path.join(tree, FAKE_SYSFS_ROOT.lstrip("/")))
+        # The driver's /proc/driver entries (MIG capability minors), which the nvidia runtime binds into containers
+        shutil.copytree(fake["proc_driver_root"], os.path.join(tree, FAKE_PROC_DRIVER.lstrip("/")))
         if os.path.exists(fake["dmi_product_file"]):
             shutil.copyfile(fake["dmi_product_file"], os.path.join(tree, FAKE_DMI_PRODUCT_FILE.lstrip("/")))
             # also where GFD reads it: the roles mount gpuready_sysfs_root as its /sys

@@ -4,19 +4,28 @@
 /usr/bin/nvidia-container-runtime, with a python3 shebang added by lab/lab.py).
 
 Like the real runtime (in its "legacy" mode) it is a runc wrapper: for `create` it edits the
-bundle's config.json, then it execs runc with the original arguments. The edit happens only when
-the container's environment has NVIDIA_VISIBLE_DEVICES (`all`, or comma-separated indices or
-UUIDs; `void`, `none` or empty: nothing). It then
+bundle's config.json, then it execs runc with the original arguments.
+
+Every container it creates gets the driver's /proc/driver entries (MIG's nvidia-caps/mig-minors), which
+on a real node the kernel module puts into every procfs: the node keeps them in
+/var/lib/nvidia-fake/proc-driver, and a createContainer hook (this file, called with `proc-driver-hook`)
+binds that folder over /proc/driver inside the container before it starts (runc refuses spec mounts
+under /proc; libnvidia-container mounts there from its hook too).
+
+The GPU edit happens only when the container's environment has NVIDIA_VISIBLE_DEVICES (`all`, or
+comma-separated indices, GPU UUIDs or MIG UUIDs; `void`, `none` or empty: nothing). It then
   * binds in, read-only, the driver's libnvidia-ml.so.1 and nvidia-smi,
-  * writes the GPU inventory restricted to the visible GPUs (/run/nvidia-fake/containers/ID.json)
-    and binds it at the fake NVML's default path /etc/nvidia-fake/gpus.json,
-  * adds /dev/nvidiaN of the visible GPUs, /dev/nvidiactl, /dev/nvidia-uvm and
-    /dev/nvidia-uvm-tools to linux.devices and to the device cgroup allow-list.
+  * writes the GPU inventory restricted to the visible GPUs (/run/nvidia-fake/containers/ID.json;
+    for a MIG UUID: its parent GPU with only the visible MIG devices) and binds it at the fake NVML's
+    default path /etc/nvidia-fake/gpus.json,
+  * adds /dev/nvidiaN of the visible GPUs (of a MIG device: its parent's), /dev/nvidiactl,
+    /dev/nvidia-uvm and /dev/nvidia-uvm-tools to linux.devices and to the device cgroup allow-list.
 Every call is logged to /var/log/nvidia-container-runtime.log.
 """
 
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -26,6 +35,8 @@ INVENTORY = "/etc/nvidia-fake/gpus.json"
 PER_CONTAINER = "/run/nvidia-fake/containers"
 BINDS = ("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", "/usr/bin/nvidia-smi")
 CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+PROC_DRIVER = "/var/lib/nvidia-fake/proc-driver"
+SELF = "/usr/bin/nvidia-container-runtime"
 
 
 def log(message):
@@ -68,18 +79,22 @@ def visible_devices(env):
 
 
 def select(devices, wanted):
+    """The visible GPUs; a GPU named by the UUID of one of its MIG devices keeps only the MIG devices named."""
     if wanted == ["all"]:
         return list(devices)
-    chosen = []
+    chosen, migs = [], {}
     for want in wanted:
         for index, device in enumerate(devices):
-            if want == str(index) or want == device.get("uuid"):
-                if device not in chosen:
-                    chosen.append(device)
+            mig = [m for m in device.get("mig_devices") or [] if m.get("uuid") == want]
+            if want == str(index) or want == device.get("uuid") or mig:
+                if mig:
+                    migs.setdefault(index, []).extend(mig)
+                if index not in [i for i, _d in chosen]:
+                    chosen.append((index, device))
                 break
         else:
             raise ValueError("unknown device %r" % want)
-    return chosen
+    return [dict(device, mig_devices=migs[index]) if index in migs else device for index, device in chosen]
 
 
 def device_entry(path):
@@ -88,12 +103,22 @@ def device_entry(path):
             "fileMode": 0o666, "uid": 0, "gid": 0}
 
 
+def write_spec(config_path, spec):
+    with open(config_path + ".tmp", "w") as handle:
+        json.dump(spec, handle)
+    os.rename(config_path + ".tmp", config_path)
+
+
 def inject(bundle, container_id):
     config_path = os.path.join(bundle, "config.json")
     with open(config_path) as handle:
         spec = json.load(handle)
+    if os.path.isdir(PROC_DRIVER):
+        hook = {"path": SELF, "args": ["nvidia-container-runtime", "proc-driver-hook"]}
+        spec.setdefault("hooks", {}).setdefault("createContainer", []).append(hook)
     wanted = visible_devices(spec.get("process", {}).get("env"))
     if wanted is None:
+        write_spec(config_path, spec)
         log("create %s: no NVIDIA_VISIBLE_DEVICES, nothing injected" % container_id)
         return
     with open(INVENTORY) as handle:
@@ -117,13 +142,29 @@ def inject(bundle, container_id):
         entry = device_entry(path)
         linux_devices.append(entry)
         allow.append({"allow": True, "type": "c", "major": entry["major"], "minor": entry["minor"], "access": "rwm"})
-    with open(config_path + ".tmp", "w") as handle:
-        json.dump(spec, handle)
-    os.rename(config_path + ".tmp", config_path)
+    write_spec(config_path, spec)
     log("create %s: NVIDIA_VISIBLE_DEVICES=%s -> %s" % (container_id, ",".join(wanted), " ".join(paths)))
 
 
+def proc_driver_hook(state):
+    """runc's createContainer hook: in the container's mount namespace, before pivot_root, so the node's
+    files are still reachable. Binds the driver's /proc/driver entries over the container's, read-only."""
+    with open(os.path.join(state["bundle"], "config.json")) as handle:
+        root = json.load(handle)["root"]["path"]
+    target = os.path.join(state["bundle"], root, "proc", "driver")
+    subprocess.run(["/bin/mount", "--bind", "-o", "ro", PROC_DRIVER, target], check=True)
+    log("hook %s: %s over %s" % (state.get("id"), PROC_DRIVER, target))
+
+
 def main(argv):
+    if argv == ["proc-driver-hook"]:
+        try:
+            proc_driver_hook(json.load(sys.stdin))
+        except (OSError, ValueError, KeyError, subprocess.CalledProcessError) as err:
+            log("hook: failed: %s" % err)
+            sys.stderr.write("nvidia-container-runtime hook: %s\n" % err)
+            return 1
+        return 0
     log("runc %s" % " ".join(argv))
     found = create_args(argv)
     if found:

@@ -28,7 +28,7 @@ MOLECULE_DIR = os.path.join(ROOT, 'molecule')
 SCENARIOS = sorted(name for name in os.listdir(MOLECULE_DIR)
                    if os.path.exists(os.path.join(MOLECULE_DIR, name, 'molecule.yml')))
 # Started first so that the last ones to finish are short: the cluster scenarios take longest.
-CLUSTER_SCENARIOS = ('sharing', 'default', 'runtimeclass')
+CLUSTER_SCENARIOS = ('sharing', 'default', 'runtimeclass', 'mig')
 JOBS = int(os.environ.get('GPUREADY_MOLECULE_JOBS', '2'))
 # What a leaked credential looks like in a log: a private key, a kubeconfig's inline key, a bearer token
 # (the scenarios' users authenticate with client keys their lab's CA issued)
