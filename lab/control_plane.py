@@ -81,7 +81,7 @@ def _load(name, path):
 
 
 gobuild = _load("gobuild", os.path.join(LAB_DIR, "go", "gobuild.py"))
-pki = _load("lab_pki", os.path.join(ROOT, "tests", "k8s_emulator", "pki.py"))
+pki = _load("lab_pki", os.path.join(LAB_DIR, "pki.py"))
 
 
 def _epoch(timestamp):
@@ -194,11 +194,13 @@ def kubeconfig(server, ca_file, cert_file, key_file, user, embed=False):
 
 class ControlPlane:
     """`ControlPlane(run_dir).up()` / `.down()`; `.kubeconfig_path("admin")` after up. `apiserver_args`:
-    more kube-apiserver flags (a test's, e.g. --watch-cache=false)."""
+    more kube-apiserver flags (a test's, e.g. --watch-cache=false); `controller_manager_args`: more
+    kube-controller-manager flags (a later flag wins over ours, e.g. --controllers)."""
 
-    def __init__(self, run_dir, apiserver_args=()):
+    def __init__(self, run_dir, apiserver_args=(), controller_manager_args=()):
         self.run_dir = os.path.abspath(run_dir)
         self.apiserver_args = list(apiserver_args)
+        self.controller_manager_args = list(controller_manager_args)
         self.pki_dir = os.path.join(self.run_dir, "pki")
         self.state_path = os.path.join(self.run_dir, "control-plane.json")
         self.state = self._read_state()
@@ -246,12 +248,16 @@ class ControlPlane:
 
     def requests(self):
         """Every audited request so far (users and workloads, not the cluster's own components), oldest
-        first, as dicts: user, verb, group, resource, subresource, namespace, name, code, path, time (epoch)."""
-        entries = []
+        first, as dicts: user, verb, group, resource, subresource, namespace, name, code, path, time (epoch).
+        A watch is logged when its answer starts and again when it ends; it is listed once."""
+        latest = {}
         for event in self.audit_events():
+            latest[event["auditID"]] = event  # dicts keep the first event's place
+        entries = []
+        for event in latest.values():
             ref = event.get("objectRef") or {}
             entries.append({
-                "user": event["user"]["username"], "verb": event["verb"], "group": ref.get("apiGroup", ""),
+                "user": event["user"].get("username"), "verb": event["verb"], "group": ref.get("apiGroup", ""),
                 "resource": ref.get("resource"), "subresource": ref.get("subresource"),
                 "namespace": ref.get("namespace"), "name": ref.get("name"),
                 "code": (event.get("responseStatus") or {}).get("code"), "path": event["requestURI"],
@@ -279,6 +285,10 @@ class ControlPlane:
         with open(os.path.join(self.pki_dir, "sa.pub"), "wb") as handle:
             handle.write(key.public_key().public_bytes(serialization.Encoding.PEM,
                                                        serialization.PublicFormat.SubjectPublicKeyInfo))
+
+    def client_pair(self, identity):
+        """(certificate, key) paths of one of IDENTITIES."""
+        return self._pair("client-" + identity)
 
     def _pair(self, name):
         return os.path.join(self.pki_dir, name + ".crt"), os.path.join(self.pki_dir, name + ".key")
@@ -393,7 +403,7 @@ class ControlPlane:
             "--cluster-signing-key-file=%s" % os.path.join(self.pki_dir, "ca.key"),
             "--allocate-node-cidrs=true", "--cluster-cidr=" + CLUSTER_CIDR,
             "--service-cluster-ip-range=" + SERVICE_CIDR,
-            "--controllers=*,bootstrapsigner,tokencleaner"])
+            "--controllers=*,bootstrapsigner,tokencleaner"] + self.controller_manager_args)
         sched = self.kubeconfig_path("scheduler")
         self._start("kube-scheduler", common + [
             "--kubeconfig=" + sched, "--authentication-kubeconfig=" + sched, "--authorization-kubeconfig=" + sched])

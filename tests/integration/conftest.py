@@ -123,18 +123,6 @@ def pytest_runtest_makereport(item, call):  # pylint: disable=unused-argument
             report.sections.append(('containerd log %s' % daemon.workdir, daemon.log()[-20000:]))
 
 
-@pytest.fixture(scope='session')
-def k8s_api(tmp_path_factory):
-    """One Kubernetes API emulator (tests/k8s_emulator) for the whole run, over HTTPS. Tests use
-    names of their own, so they do not see each other's objects."""
-    from k8s_emulator.client import Emulator
-    emulator = Emulator.start(str(tmp_path_factory.mktemp('k8s-api')))
-    try:
-        yield emulator
-    finally:
-        emulator.stop()
-
-
 def _lab_unavailable():
     """Why the lab cannot run on this machine, or None."""
     if os.geteuid() != 0:
@@ -215,7 +203,7 @@ def lab_api(lab):  # pylint: disable=redefined-outer-name
     return ClusterApi(lab.control_plane, lab.state['kubeconfig'])
 
 
-def _running_control_plane(run_dir, apiserver_args=()):
+def _running_control_plane(run_dir, apiserver_args=(), controller_manager_args=()):
     """Yields lab/control_plane.py's control plane, up in run_dir, and stops it afterwards."""
     module = lab_scripts.script('lab/control_plane.py', 'gpuready_control_plane')
     try:
@@ -223,7 +211,7 @@ def _running_control_plane(run_dir, apiserver_args=()):
             module.binary(program)
     except module.ControlPlaneError as err:
         require.missing(str(err))
-    plane = module.ControlPlane(run_dir, apiserver_args=apiserver_args)
+    plane = module.ControlPlane(run_dir, apiserver_args=apiserver_args, controller_manager_args=controller_manager_args)
     try:
         yield plane.up()
     finally:
@@ -237,6 +225,21 @@ def control_plane(tmp_path_factory):
     """The lab's real control plane (lab/control_plane.py: etcd, kube-apiserver, controller-manager,
     scheduler from lab/go), one per pytest run, in a run dir of its own."""
     yield from _running_control_plane(str(tmp_path_factory.mktemp('control-plane')))
+
+
+@pytest.fixture(scope='session')
+def k8s_api(tmp_path_factory):
+    """The modules' tests' API server: a real control plane of its own, whose controllers leave Nodes alone
+    (node IPAM and node lifecycle would write the Nodes a test made between its client's GET and PATCH),
+    behind the fault-injecting proxy (tests/cluster_api.py ApiWithFaults). Tests use names of their own."""
+    from cluster_api import ApiWithFaults
+    for plane in _running_control_plane(str(tmp_path_factory.mktemp('api-plane')), controller_manager_args=[
+            '--controllers=*,bootstrapsigner,tokencleaner,-node-ipam-controller,-node-lifecycle-controller']):
+        api = ApiWithFaults(plane, plane.kubeconfig_path('admin'), str(tmp_path_factory.mktemp('k8s-api')))
+        try:
+            yield api
+        finally:
+            api.stop()
 
 
 @pytest.fixture

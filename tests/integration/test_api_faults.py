@@ -1,11 +1,12 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) gpuready.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""k8s_gpu_validate and k8s_gpu_doctor through ansible-playbook against the API emulator's fault
-injection: a burst of 500 or 503 shorter than the retry budget (k8s.api.RETRY_DELAYS) is retried
-and the module succeeds, a longer one fails saying how many attempts, a slow answer within the
-request timeout succeeds, 401 and 403 fail at once with a clear message and never the token, a 409
-on creating the test pod is got over. k8s_gpu_labels' retries and refusals are in
+"""k8s_gpu_validate and k8s_gpu_doctor through ansible-playbook against a real kube-apiserver behind the
+fault-injecting proxy (k8s_api): a burst of 500 or 503 shorter than the retry budget (k8s.api.RETRY_DELAYS) is
+retried and the module succeeds, a longer one fails saying how many attempts, a slow answer within the request
+timeout succeeds, 401 and 403 fail at once with a clear message and never the token. The test pod's faults (each
+of its requests retried, a 409 on creating it got over) are in test_real_cluster.py, on a real kubelet.
+k8s_gpu_labels' retries and refusals are in
 test_k8s_gpu_labels.py; the retry logic without a server in tests/unit/module_utils/k8s/test_api.py."""
 
 from __future__ import absolute_import, division, print_function
@@ -13,13 +14,11 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
-import threading
 import time
 
 import pytest
 import yaml
 
-from k8s_emulator.client import EmulatorError
 from playbook import run_tasks
 from ansible_collections.gpuready.nvidia.plugins.module_utils.k8s.api import RETRY_DELAYS
 
@@ -38,15 +37,16 @@ CLUSTERROLE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.pa
 
 
 def _bind(k8s_api, user, rules):
-    """A new identity bound to a ClusterRole of exactly these rules."""
+    """A new ServiceAccount `user` bound to a ClusterRole of exactly these rules."""
+    identity = k8s_api.add_identity(user)
     name = "gpuready-%s" % user
     k8s_api.create({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
                     "rules": rules})
     k8s_api.create({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
                     "metadata": {"name": name},
                     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-                    "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]})
-    return k8s_api.add_identity(user)
+                    "subjects": [identity.subject]})
+    return identity
 
 
 def _doctor_rules(without_list_of=None):
@@ -107,36 +107,6 @@ def _validate(tmp_path, node, identity, **args):
                 dict({"expected": {node: {GPU: 4}}, "test_pod": False, "timeout": 10}, **args), identity)
 
 
-def _kubelet(k8s_api, name, seen):
-    """Once the module watches its test pod, play the kubelet: a log naming the GPU, phase Succeeded."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        watching = any(r["verb"] == "watch" and r["resource"] == "pods" and r["namespace"] == NAMESPACE
-                       and r["code"] == 200 for r in k8s_api.requests())
-        try:
-            pod = k8s_api.get("v1", "Pod", name, namespace=NAMESPACE) if watching else None
-        except EmulatorError:  # not created yet
-            pod = None
-        if pod:
-            seen["uid"] = pod["metadata"]["uid"]
-            k8s_api.set_pod_log(NAMESPACE, name, "GPU 0: Tesla P4 (UUID: GPU-0)\n")
-            k8s_api.patch("v1", "Pod", name, {"status": {"phase": "Succeeded"}}, namespace=NAMESPACE,
-                          subresource="status")
-            return
-        time.sleep(0.2)
-
-
-def _validate_with_test_pod(tmp_path, k8s_api, node, identity):
-    seen = {}
-    kubelet = threading.Thread(target=_kubelet, args=(k8s_api, "gpuready-gpu-test-" + node, seen))
-    kubelet.start()
-    try:
-        return _validate(tmp_path, node, identity, test_pod=True, namespace=NAMESPACE, test_pod_timeout=30,
-                         products={node: "Tesla P4"}) + (seen,)
-    finally:
-        kubelet.join()
-
-
 def test_validate_retries_a_short_burst_on_the_node_list(tmp_path, k8s_api, validator):
     node = "flt-val-burst"
     _gpu_node(k8s_api, node)
@@ -145,43 +115,7 @@ def test_validate_retries_a_short_burst_on_the_node_list(tmp_path, k8s_api, vali
     proc, result, _seconds = _validate(tmp_path, node, validator)
     assert not result.get("failed"), proc.stdout
     assert [row["ok"] for row in result["rows"]] == [True]
-    assert _codes(k8s_api, "flt-validator", "list", "nodes") == [503, 503, 200]
-
-
-def test_validate_retries_every_kind_of_test_pod_request_and_waits_for_a_slow_one(tmp_path, k8s_api, validator):
-    node = "flt-val-pod"
-    _gpu_node(k8s_api, node)
-    k8s_api.clear_requests()
-    k8s_api.inject(verb="list", resource="pods", namespace=NAMESPACE, delay=2, count=1)
-    k8s_api.inject(verb="create", resource="pods", namespace=NAMESPACE, status=500, count=2)
-    k8s_api.inject(verb="watch", resource="pods", namespace=NAMESPACE, status=503, count=2)
-    k8s_api.inject(verb="get", resource="pods", namespace=NAMESPACE, subresource="log", status=500, count=1)
-    k8s_api.inject(verb="delete", resource="pods", namespace=NAMESPACE, status=503, count=1)
-    proc, result, seconds, seen = _validate_with_test_pod(tmp_path, k8s_api, node, validator)
-    assert not result.get("failed"), proc.stdout
-    assert result["rows"][0]["test_pod"]["ok"] is True and result["rows"][0]["test_pod"]["product"] == "Tesla P4"
-    user = "flt-validator"
-    assert _codes(k8s_api, user, "list", "pods") == [200]  # answered late, not asked again
-    assert seconds >= 2 + 0.5 + 1  # the slow list and two backoffs at least
-    assert _codes(k8s_api, user, "create", "pods") == [500, 500, 201]
-    assert _codes(k8s_api, user, "watch", "pods")[:3] == [503, 503, 200]
-    assert _codes(k8s_api, user, "get", "pods", "log") == [500, 200]
-    # The leftover check before and the clean-up after: the first delete's 503 is retried (404: none there).
-    assert _codes(k8s_api, user, "delete", "pods") == [503, 404, 200]
-    assert seen["uid"] and not k8s_api.exists("v1", "Pod", "gpuready-gpu-test-" + node, namespace=NAMESPACE)
-
-
-def test_validate_gets_over_a_409_on_creating_the_test_pod(tmp_path, k8s_api, validator):
-    node = "flt-val-conflict"
-    _gpu_node(k8s_api, node)
-    k8s_api.clear_requests()
-    k8s_api.inject(verb="create", resource="pods", namespace=NAMESPACE, status=409, count=1)
-    proc, result, _seconds, _seen = _validate_with_test_pod(tmp_path, k8s_api, node, validator)
-    assert not result.get("failed"), proc.stdout
-    assert result["rows"][0]["test_pod"]["ok"] is True
-    assert _codes(k8s_api, "flt-validator", "create", "pods") == [409, 201]
-    # Before, after the 409 (nothing there: the conflict was injected) and the clean-up at the end.
-    assert _codes(k8s_api, "flt-validator", "delete", "pods") == [404, 404, 200]
+    assert _codes(k8s_api, validator.username, "list", "nodes") == [503, 503, 200]
 
 
 def test_validate_gives_up_after_the_budget_saying_how_many_attempts(tmp_path, k8s_api, validator):
@@ -193,7 +127,7 @@ def test_validate_gives_up_after_the_budget_saying_how_many_attempts(tmp_path, k
     assert result.get("failed") is True, proc.stdout
     assert result["msg"] == ("reading the nodes failed: listing the nodes: the API server at %s answered 503 (injected "
                              "fault (HTTP 503)) to all %d attempts over %g s" % (k8s_api.url, ATTEMPTS, BUDGET))
-    assert _codes(k8s_api, "flt-validator", "list", "nodes") == [503] * ATTEMPTS
+    assert _codes(k8s_api, validator.username, "list", "nodes") == [503] * ATTEMPTS
     assert seconds >= BUDGET
 
 
@@ -221,9 +155,9 @@ def test_validate_forbidden_create_fails_at_once_naming_verb_and_resource(tmp_pa
     assert result.get("failed") is True, proc.stdout
     assert result["msg"] == (
         'running the test pods in namespace %s failed: creating pod %s/gpuready-gpu-test-%s: forbidden (403) by the '
-        'API server at %s: pods is forbidden: User "flt-validator-no-create" cannot create resource "pods" in API '
-        'group "" in the namespace "%s"' % (NAMESPACE, NAMESPACE, node, k8s_api.url, NAMESPACE))
-    assert _codes(k8s_api, "flt-validator-no-create", "create", "pods") == [403]
+        'API server at %s: pods is forbidden: User "%s" cannot create resource "pods" in API '
+        'group "" in the namespace "%s"' % (NAMESPACE, NAMESPACE, node, k8s_api.url, identity.username, NAMESPACE))
+    assert _codes(k8s_api, identity.username, "create", "pods") == [403]
 
 
 # --- k8s_gpu_doctor -----------------------------------------------------------------------------
@@ -250,10 +184,10 @@ def test_doctor_retries_short_bursts_and_waits_for_a_slow_answer(tmp_path, k8s_a
     assert not result.get("failed"), proc.stdout
     report = result["report"]["nodes"][node]
     assert (report["first_broken_link"], report["cause"]) == ("driver", "node_not_inspected")
-    assert _codes(k8s_api, "flt-doctor", "list", "daemonsets") == [500, 500, 200]
-    assert _codes(k8s_api, "flt-doctor", "get", "nodes") == [503, 503, 200]
-    assert _codes(k8s_api, "flt-doctor", "list", "runtimeclasses") == [502, 200]
-    assert _codes(k8s_api, "flt-doctor", "list", "deployments") == [200]  # answered late, not asked again
+    assert _codes(k8s_api, doctor.username, "list", "daemonsets") == [500, 500, 200]
+    assert _codes(k8s_api, doctor.username, "get", "nodes") == [503, 503, 200]
+    assert _codes(k8s_api, doctor.username, "list", "runtimeclasses") == [502, 200]
+    assert _codes(k8s_api, doctor.username, "list", "deployments") == [200]  # answered late, not asked again
     assert seconds >= 2 + 0.5 + 1 + 0.5
 
 
@@ -266,7 +200,7 @@ def test_doctor_gives_up_after_the_budget_saying_how_many_attempts(tmp_path, k8s
     assert result.get("failed") is True, proc.stdout
     assert result["msg"] == ("listing Deployments in all namespaces: the API server at %s answered 500 (injected "
                              "fault (HTTP 500)) to all %d attempts over %g s" % (k8s_api.url, ATTEMPTS, BUDGET))
-    assert _codes(k8s_api, "flt-doctor", "list", "deployments") == [500] * ATTEMPTS
+    assert _codes(k8s_api, doctor.username, "list", "deployments") == [500] * ATTEMPTS
     assert seconds >= BUDGET
 
 
@@ -291,6 +225,6 @@ def test_doctor_forbidden_list_fails_at_once_naming_verb_and_resource(tmp_path, 
     assert result.get("failed") is True, proc.stdout
     assert result["msg"] == (
         'listing RuntimeClasses: forbidden (403) by the API server at %s: runtimeclasses.node.k8s.io is forbidden: '
-        'User "flt-doctor-no-rc" cannot list resource "runtimeclasses" in API group "node.k8s.io" at the cluster '
-        'scope' % k8s_api.url)
-    assert _codes(k8s_api, "flt-doctor-no-rc", "list", "runtimeclasses") == [403]
+        'User "%s" cannot list resource "runtimeclasses" in API group "node.k8s.io" at the cluster '
+        'scope' % (k8s_api.url, identity.username))
+    assert _codes(k8s_api, identity.username, "list", "runtimeclasses") == [403]

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 """No credential reaches the output, whichever way it is given and whether the call works or not.
 
-k8s_gpu_labels runs at -vvv (module invocation shown) against the API emulator over HTTPS once with
+k8s_gpu_labels runs at -vvv (module invocation shown) against a real kube-apiserver once with
 each way of giving a credential: an inline kubeconfig dict with a token, with
 client-certificate-data/client-key-data, or with an exec plugin whose environment carries the token;
 api_key; proxy headers; the K8S_AUTH_* variables of the controller. k8s_gpu_validate and
@@ -40,7 +40,11 @@ MODULES = {
 
 @pytest.fixture(scope="module")
 def user(k8s_api):
-    """An identity with a token and a client certificate, bound to the shipped ClusterRole."""
+    """An identity with a token and a client certificate, bound to the shipped ClusterRole: the user USER
+    (its certificate) and the ServiceAccount USER (its token), both straight to the server."""
+    identity = k8s_api.add_identity(USER, client_cert=True)
+    token_user = k8s_api.add_identity(USER)
+    identity.token = token_user.token
     with open(CLUSTERROLE, encoding="utf-8") as handle:
         role = yaml.safe_load(handle)
     role["metadata"] = {"name": "gpuready-cred"}
@@ -48,12 +52,12 @@ def user(k8s_api):
     k8s_api.create({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
                     "metadata": {"name": "gpuready-cred"},
                     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "gpuready-cred"},
-                    "subjects": [{"kind": "User", "name": USER, "apiGroup": "rbac.authorization.k8s.io"}]})
+                    "subjects": [identity.subject, token_user.subject]})
     k8s_api.create({"apiVersion": "v1", "kind": "Node",
                     "metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE,
                                                           "nvidia.com/gpu.present": "true"}},
                     "status": {"capacity": {"cpu": "8", GPU: "4"}, "allocatable": {"cpu": "8", GPU: "4"}}})
-    return k8s_api.add_identity(USER, client_cert=True)
+    return identity
 
 
 def _closed_port():
@@ -95,7 +99,7 @@ def _ways(k8s_api, identity, folder):
     cert = base64.b64encode(_read(identity.cert)).decode()
     key = base64.b64encode(_read(identity.key)).decode()
     plugin = _exec_plugin(folder)
-    direct = {"host": k8s_api.url, "ca_cert": k8s_api.ca_cert}
+    direct = {"host": k8s_api.server_url, "ca_cert": k8s_api.ca_cert}
     ways = []
     for works in (True, False):
         token = identity.token if works else WRONG
@@ -136,7 +140,7 @@ def verbose_runs(tmp_path_factory, k8s_api, user):
     # K8S_AUTH_* in the controller's environment, as kubernetes.core documents them. (Given through a
     # task's `environment:` keyword instead, ansible-core itself prints them in its -vvv EXEC line.)
     for works in (True, False):
-        environment = {"ANSIBLE_VERBOSITY": "3", "K8S_AUTH_HOST": k8s_api.url, "K8S_AUTH_SSL_CA_CERT": k8s_api.ca_cert,
+        environment = {"ANSIBLE_VERBOSITY": "3", "K8S_AUTH_HOST": k8s_api.server_url, "K8S_AUTH_SSL_CA_CERT": k8s_api.ca_cert,
                        "K8S_AUTH_API_KEY": user.token if works else WRONG,
                        "KUBECONFIG": os.path.join(folder, "no-such-kubeconfig")}
         name = "env_%s" % works
@@ -186,9 +190,9 @@ def auth_once_runs(tmp_path_factory, k8s_api, user):
     unset = dict((name, None) for name in defaults if name.startswith("gpuready_k8s_") and name != "gpuready_k8s_auth")
     ways = {
         "kubeconfig": dict(unset, gpuready_k8s_kubeconfig=user.kubeconfig),
-        "host and token": dict(unset, gpuready_k8s_host=k8s_api.url, gpuready_k8s_ca_cert=k8s_api.ca_cert,
+        "host and token": dict(unset, gpuready_k8s_host=k8s_api.server_url, gpuready_k8s_ca_cert=k8s_api.ca_cert,
                                gpuready_k8s_api_key=user.token),
-        "wrong token": dict(unset, gpuready_k8s_host=k8s_api.url, gpuready_k8s_ca_cert=k8s_api.ca_cert,
+        "wrong token": dict(unset, gpuready_k8s_host=k8s_api.server_url, gpuready_k8s_ca_cert=k8s_api.ca_cert,
                             gpuready_k8s_api_key=WRONG),
     }
     runs = {}

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) gpuready.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""k8s_gpu_doctor through ansible-playbook against the API emulator, as an identity bound only to the
+"""k8s_gpu_doctor through ansible-playbook against a real kube-apiserver, as an identity bound only to the
 shipped ClusterRole: every read it makes is allowed, a node that could not be read is a finding, bad
 options fail before anything is read. The causes themselves: tests/unit/module_utils/test_doctor.py
 and, on the lab, tests/integration/test_lab_doctor.py."""
@@ -26,6 +26,7 @@ CLUSTERROLE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.pa
 @pytest.fixture(scope='module')
 def deployer(k8s_api):
     """An identity bound to roles/gpuready/files/clusterrole.yml."""
+    identity = k8s_api.add_identity('doctor')
     with open(CLUSTERROLE) as handle:
         role = yaml.safe_load(handle)
     role['metadata']['name'] = 'gpuready-nvidia-doctor-test'
@@ -34,8 +35,8 @@ def deployer(k8s_api):
                     'metadata': {'name': 'gpuready-nvidia-doctor-test'},
                     'roleRef': {'apiGroup': 'rbac.authorization.k8s.io', 'kind': 'ClusterRole',
                                 'name': 'gpuready-nvidia-doctor-test'},
-                    'subjects': [{'kind': 'User', 'name': 'doctor', 'apiGroup': 'rbac.authorization.k8s.io'}]})
-    return k8s_api.add_identity('doctor')
+                    'subjects': [identity.subject]})
+    return identity
 
 
 def _run(tmp_path, args, identity, check_mode=False):
@@ -60,7 +61,7 @@ def test_an_unread_node_is_reported_and_every_read_is_allowed(tmp_path, k8s_api,
     assert (node['status'], node['first_broken_link'], node['cause']) == ('broken', 'driver', 'node_not_inspected')
     assert json.loads(report.read_text()) == result['report']
     assert result['chain'][0] == 'doc-1: BROKEN at driver (node_not_inspected)'
-    requests = [r for r in k8s_api.requests() if r.get('user') == 'doctor']
+    requests = [r for r in k8s_api.requests() if r.get('user') == deployer.username]
     assert requests and all(r['code'] < 400 for r in requests), [r for r in requests if r['code'] >= 400]
     assert {r['resource'] for r in requests} >= {'daemonsets', 'deployments', 'runtimeclasses', 'nodes', 'pods'}
 
@@ -79,4 +80,4 @@ def test_bad_options_fail_before_any_read(tmp_path, k8s_api, deployer, args, mes
     assert result['failed'] is True, proc.stdout
     assert message in result['msg']
     assert not report.exists()
-    assert not [r for r in k8s_api.requests() if r.get('user') == 'doctor']
+    assert not [r for r in k8s_api.requests() if r.get('user') == deployer.username]

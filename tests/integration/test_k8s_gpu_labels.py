@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
-"""k8s_gpu_labels through ansible-playbook against the Kubernetes API emulator over HTTPS, with
-requests counted at the emulator."""
+"""k8s_gpu_labels through ansible-playbook against a real kube-apiserver (the k8s_api fixture: the lab's control
+plane behind the fault-injecting proxy), with requests read from the server's audit log."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -10,7 +10,8 @@ import os
 import pytest
 
 import gfd_cases as cases
-from k8s_emulator import pki
+import lab_scripts
+from cluster_api import install_nfd_crds
 from playbook import run_tasks
 
 MODULE = "gpuready.nvidia.k8s_gpu_labels"
@@ -42,16 +43,19 @@ def _node_requests(k8s_api):
 
 @pytest.fixture(scope="module")
 def labeller(k8s_api):
-    """An identity bound to exactly the documented ClusterRole, with a bearer token."""
+    """An identity bound to exactly the documented ClusterRole, with a bearer token; the user `labeller-cert`,
+    with a client certificate, is bound too."""
+    install_nfd_crds(k8s_api.client)  # GFD's NodeFeature objects, which the module lists
+    identity = k8s_api.add_identity("labeller")
     k8s_api.create({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
                     "metadata": {"name": "gpuready-node-labeller"}, "rules": LABELLER_RULES})
     k8s_api.create({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
                     "metadata": {"name": "gpuready-node-labeller"},
                     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                                 "name": "gpuready-node-labeller"},
-                    "subjects": [{"kind": "User", "name": "labeller", "apiGroup": "rbac.authorization.k8s.io"},
+                    "subjects": [identity.subject,
                                  {"kind": "User", "name": "labeller-cert", "apiGroup": "rbac.authorization.k8s.io"}]})
-    return k8s_api.add_identity("labeller")
+    return identity
 
 
 def _run(tmp_path, args, identity, check_mode=False, extra=None):
@@ -175,6 +179,7 @@ def test_forbidden_is_403_naming_the_verb(tmp_path, k8s_api):
 
 def test_wrong_ca_fails_verification(tmp_path, k8s_api, labeller):
     k8s_api.create(_node("tls-1"))
+    pki = lab_scripts.script("lab/pki.py", "gpuready_lab_pki")
     other_ca = pki.CertificateAuthority.create(str(tmp_path), common_name="some-other-ca").cert_path
     proc, result = _run(tmp_path, {"node": "tls-1", "labels": {"nvidia.com/gpu.present": "true"}, "ca_cert": other_ca},
                         labeller)
@@ -183,10 +188,11 @@ def test_wrong_ca_fails_verification(tmp_path, k8s_api, labeller):
 
 
 def test_client_certificate_and_module_defaults(tmp_path, k8s_api, labeller):
-    identity = k8s_api.add_identity("labeller-cert", token=False, client_cert=True)
+    identity = k8s_api.add_identity("labeller-cert", client_cert=True)
     k8s_api.create(_node("cert-1"))
+    # A client certificate ends at the fault proxy's TLS: this user talks to the real server itself.
     task = {"name": "Label", "module_defaults": {"group/gpuready.nvidia.k8s": {
-        "host": k8s_api.url, "ca_cert": k8s_api.ca_cert, "client_cert": identity.cert, "client_key": identity.key}},
+        "host": k8s_api.server_url, "ca_cert": k8s_api.ca_cert, "client_cert": identity.cert, "client_key": identity.key}},
         MODULE: {"node": "cert-1", "labels": {"nvidia.com/gpu.present": "true"}}, "register": "result"}
     proc, results = run_tasks(str(tmp_path), [task])
     assert results["result"]["changed"] is True, proc.stdout

@@ -1,14 +1,16 @@
 # -*- coding: utf-8 -*-
-"""k8s_gpu_validate and its module_utils against the Kubernetes API emulator over HTTPS: the LIST
-and WATCH of nodes, pagination, an expired watch, time-outs naming the node, the test pod (the
-test plays the kubelet), the module through ansible-playbook under exactly the RBAC its
-documentation asks for. The test pod on the lab's real cluster runs in test_lab_doctor.py (site.yml and the
-README's validate on both nodes)."""
+"""k8s_gpu_validate and its module_utils against a real kube-apiserver (k8s_api: the lab's control plane behind
+the fault-injecting proxy): the LIST and WATCH of nodes, pagination, an expired list and watch, time-outs naming
+the node, a test pod the real scheduler cannot place, the module through ansible-playbook under exactly the RBAC
+its documentation asks for. The test pod that runs and logs needs a kubelet: it runs on the real one in
+test_real_cluster.py (the module, the role, run_test_pod and the pod's retries) and test_lab_doctor.py (site.yml
+and the README's validate on both nodes)."""
 
 from __future__ import absolute_import, division, print_function
 
 import json
 import os
+import re
 import threading
 import time
 
@@ -16,7 +18,6 @@ import pytest
 
 import gfd_cases
 from fake_nvml import harness
-from k8s_emulator.client import EmulatorError
 from playbook import run_tasks
 from ansible_collections.gpuready.nvidia.plugins.module_utils import gpu_validate as gv
 from ansible_collections.gpuready.nvidia.plugins.module_utils.k8s.api import list_objects
@@ -85,29 +86,35 @@ class _Replayed(object):
 
 
 @pytest.fixture(scope="module")
-def core(k8s_api):
+def core(validator):
+    """CoreV1Api as the validator, through the fault proxy."""
     from kubernetes import client, config
-    return client.CoreV1Api(config.new_client_from_config(k8s_api.kubeconfig()))
+    return client.CoreV1Api(config.new_client_from_config(validator.kubeconfig))
+
+
+def _bind_validator(api, identity, subject):
+    api.create({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": "gpuready-gpu-validator"}, "rules": VALIDATOR_RULES})
+    api.create({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": "gpuready-gpu-validator"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                            "name": "gpuready-gpu-validator"},
+                "subjects": [subject]})
+    return identity
 
 
 @pytest.fixture(scope="module")
 def validator(k8s_api):
-    """An identity bound to exactly VALIDATOR_RULES, with a bearer token."""
-    k8s_api.create({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                    "metadata": {"name": "gpuready-gpu-validator"}, "rules": VALIDATOR_RULES})
-    k8s_api.create({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                    "metadata": {"name": "gpuready-gpu-validator"},
-                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                                "name": "gpuready-gpu-validator"},
-                    "subjects": [{"kind": "User", "name": "validator", "apiGroup": "rbac.authorization.k8s.io"}]})
-    return k8s_api.add_identity("validator")
+    """A ServiceAccount bound to exactly VALIDATOR_RULES, with a bearer token."""
+    identity = k8s_api.add_identity("validator")
+    return _bind_validator(k8s_api, identity, identity.subject)
 
 
 def _verbs(k8s_api, resource):
     return [r["verb"] for r in k8s_api.requests() if r["resource"] == resource]
 
 
-# --- module_utils against the emulator -------------------------------------------------------
+# --- module_utils against the real server ---------------------------------------------------
 
 
 def test_list_nodes_pages_through_every_node(k8s_api, core):
@@ -136,8 +143,11 @@ def test_list_restarts_when_the_continue_token_expired(k8s_api, core):
 
     nodes, _rv = list_objects(list_expiring_once, "gpuready.test/validate=expire", page_size=1)
     assert sorted(n["metadata"]["name"] for n in nodes) == ["val-expire-0", "val-expire-1", "val-expire-2"]
-    assert tokens.count(None) == 2  # listed again from the start after the 410
-    assert [r["code"] for r in k8s_api.requests() if r["resource"] == "nodes"] == [200, 410, 200, 200, 200]
+    assert tokens.count(None) == 2 and tokens[2] is None  # listed again from the start after the 410
+    # One request per call: the first page, the 410, then the pages from the start (the real server may end
+    # them with an empty page behind a last continue token).
+    codes = [r["code"] for r in k8s_api.requests() if r["resource"] == "nodes"]
+    assert codes == [200, 410] + [200] * (len(tokens) - 2), (codes, tokens)
 
 
 def test_the_watch_sees_the_status_change(k8s_api, core):
@@ -196,49 +206,15 @@ def test_missing_and_unselected_nodes_are_told_apart(k8s_api, core):
         "node val-unlabelled-1: the Node does not match the label selector nvidia.com/gpu.present=true"]
 
 
-def _play_kubelet(k8s_api, namespace, name, phase, log, seen):
-    """Wait for the pod, then do what a kubelet would: its log, then its phase. Keeps the pod as created."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            pod = k8s_api.get("v1", "Pod", name, namespace=namespace)
-        except EmulatorError:  # not created yet, or the leftover just deleted
-            pod = None
-        if pod:
-            if pod["metadata"]["uid"] != seen.get("leftover_uid"):
-                seen["pod"] = pod
-                k8s_api.set_pod_log(namespace, name, log)
-                k8s_api.patch("v1", "Pod", name, {"status": {"phase": phase}}, namespace=namespace,
-                              subresource="status")
-                return
-        time.sleep(0.2)
-
-
-def test_run_test_pod_replaces_a_leftover_and_deletes_its_pod(k8s_api, core):
-    k8s_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "val-pods"}})
-    leftover = k8s_api.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "val-pod-1", "namespace": "val-pods"},
-                               "spec": {"containers": [{"name": "old", "image": "x"}]}})
-    seen = {"leftover_uid": leftover["metadata"]["uid"]}
-    kubelet = threading.Thread(target=_play_kubelet, args=(k8s_api, "val-pods", "val-pod-1", "Succeeded",
-                                                           "GPU 0: Tesla P4 (UUID: GPU-0)\n", seen))
-    kubelet.start()
-    result = run_test_pod(core, "val-pods", "val-pod-1", CUDA_IMAGE, GPU, runtime_class="nvidia",
-                          node_name="val-watch-1", timeout=30, products=["Tesla P4"])
-    kubelet.join()
-    assert result["ok"] is True and result["phase"] == "Succeeded" and result["product_found"] is True, result
-    assert result["log"] == "GPU 0: Tesla P4 (UUID: GPU-0)\n"
-    assert seen["pod"]["spec"]["runtimeClassName"] == "nvidia"
-    assert seen["pod"]["spec"]["containers"][0]["resources"]["limits"] == {GPU: "1"}
-    assert not k8s_api.exists("v1", "Pod", "val-pod-1", namespace="val-pods")
-
-
 def test_a_pod_that_never_runs_times_out_and_is_deleted(k8s_api, core):
     started = time.monotonic()
-    result = run_test_pod(core, "default", "val-pod-stuck", CUDA_IMAGE, "example.com/none", timeout=2)
-    assert 2 <= time.monotonic() - started < 10
+    result = run_test_pod(core, "default", "val-pod-stuck", CUDA_IMAGE, "example.com/none", timeout=5)
+    assert 5 <= time.monotonic() - started < 15
     assert result["ok"] is False and result["phase"] == "Pending"
-    assert result["problem"] == ("test pod default/val-pod-stuck asking for 1 example.com/none did not finish "
-                                 "within 2 s (phase Pending)")
+    # The real scheduler's own words: these Nodes have no kubelet, so they keep the not-ready taint.
+    assert re.match(r"test pod default/val-pod-stuck asking for 1 example.com/none did not finish within 5 s "
+                    r"\(not scheduled: 0/\d+ nodes are available: \d+ node\(s\) had untolerated taint", result["problem"]), \
+        result["problem"]
     assert not k8s_api.exists("v1", "Pod", "val-pod-stuck", namespace="default")
 
 
@@ -252,30 +228,6 @@ def _run(tmp_path, args, identity, check_mode=False):
         task["check_mode"] = True
     proc, results = run_tasks(str(tmp_path), [task])
     return proc, results["result"]
-
-
-def test_module_passes_unchanged_and_writes_the_report(tmp_path, k8s_api, validator):
-    k8s_api.create(_node("val-mod-1", {GPU: "4"}))
-    k8s_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "val-mod"}})
-    seen = {}
-    kubelet = threading.Thread(target=_play_kubelet, args=(k8s_api, "val-mod", "gpuready-gpu-test-val-mod-1",
-                                                           "Succeeded", "GPU 0: Tesla P4 (UUID: GPU-0)\n", seen))
-    kubelet.start()
-    report = tmp_path / "report.json"
-    proc, result = _run(tmp_path, {"expected": {"val-mod-1": {GPU: 4}}, "products": {"val-mod-1": "Tesla P4"},
-                                   "gpus": {"val-mod-1": 4}, "namespace": "val-mod", "runtime_class": "nvidia",
-                                   "test_pod_timeout": 30, "report_path": str(report)}, validator)
-    kubelet.join()
-    assert not result.get("failed"), proc.stdout
-    assert result["changed"] is False
-    assert result["table"] == [
-        "node       GPUs  expected          capacity          allocatable       test pod",
-        "val-mod-1  4     nvidia.com/gpu=4  nvidia.com/gpu=4  nvidia.com/gpu=4  passed: Tesla P4"]
-    written = json.loads(report.read_text())
-    assert written["passed"] is True and written["problems"] == []
-    assert written["nodes"] == result["rows"] and written["nodes"][0]["test_pod"]["product_found"] is True
-    assert seen["pod"]["spec"]["runtimeClassName"] == "nvidia"
-    assert not k8s_api.exists("v1", "Pod", "gpuready-gpu-test-val-mod-1", namespace="val-mod")
 
 
 def test_module_fails_naming_the_node_and_still_writes_the_report(tmp_path, k8s_api, validator):
@@ -337,32 +289,6 @@ def _role_tasks(seed_node, role_vars, check_mode=False):
         {"name": "What the role's validation registered", "ansible.builtin.debug": {"var": "validate_result"},
          "register": "role"},
     ]
-
-
-def test_role_validates_the_node_from_its_facts(tmp_path, k8s_api, validator, seed_node):  # pylint: disable=redefined-outer-name
-    k8s_api.create(_node("val-role-1", {GPU: "4"}))
-    k8s_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "val-role"}})
-    seen = {}
-    kubelet = threading.Thread(target=_play_kubelet, args=(k8s_api, "val-role", "gpuready-gpu-test-val-role-1",
-                                                           "Succeeded", "GPU 0: Tesla P4 (UUID: GPU-0)\n", seen))
-    kubelet.start()
-    report = tmp_path / "report.json"
-    proc, results = run_tasks(str(tmp_path), _role_tasks(seed_node, {
-        "validate_gpu_group": "all", "gpuready_node_name": "val-role-1", "gpuready_namespace": "val-role",
-        "gpuready_k8s_kubeconfig": validator.kubeconfig, "gpuready_set_as_default": False,
-        "validate_timeout": 30, "validate_test_pod_timeout": 30, "validate_report_path": str(report)}))
-    kubelet.join()
-    assert proc.returncode == 0, proc.stdout[-4000:]
-    result = results["role"]["validate_result"]
-    assert result["changed"] is False and result["problems"] == []
-    assert result["rows"][0]["expected"] == {GPU: 4} and result["rows"][0]["gpus"] == 4
-    assert result["table"][1].split() == ["val-role-1", "4", "nvidia.com/gpu=4", "nvidia.com/gpu=4",
-                                          "nvidia.com/gpu=4", "passed:", "Tesla", "P4"]
-    assert "passed: Tesla P4" in proc.stdout  # the table is printed
-    # runc stays containerd's default here, so the test pod names the RuntimeClass
-    assert seen["pod"]["spec"]["runtimeClassName"] == "nvidia"
-    assert json.loads(report.read_text())["passed"] is True
-    assert "changed=1 " in proc.stdout.split("PLAY RECAP")[1]  # run_tasks' own saving of the results only
 
 
 def test_role_in_check_mode_skips_the_validation(tmp_path, k8s_api, validator, seed_node):  # pylint: disable=redefined-outer-name

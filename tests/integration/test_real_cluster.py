@@ -7,14 +7,17 @@ the node's nvidia runtime gives it. Nothing here answers with the collection's o
 errors, the Node's capacity and the scheduler's message are the upstream programs' own. Then the real
 plugin is the oracle for `gpu_resources`: for each sharing configuration, what it registers with the real
 kubelet must equal what the filter expects from the facts `nvidia_gpu_facts` gathers from the node's
-driver files."""
+driver files. Last, k8s_gpu_validate's test pod runs on the real kubelet, also behind the fault-injecting proxy
+(its retries)."""
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
 import os
 import re
+import time
 
 import pytest
 import yaml
@@ -23,7 +26,8 @@ import lab_scripts
 import require
 from ansible_collections.gpuready.nvidia.plugins.module_utils import doctor_checks, doctor_evidence
 from ansible_collections.gpuready.nvidia.plugins.module_utils.doctor_causes import Finding
-from cluster_api import wait_for
+from ansible_collections.gpuready.nvidia.plugins.module_utils.k8s.pods import run_test_pod
+from cluster_api import ApiWithFaults, install_nfd_crds, wait_for
 from fake_nvml import harness
 from playbook import run_tasks
 
@@ -245,10 +249,9 @@ def test_seed_reproduced_and_fixed_on_the_real_cluster(real_lab, api, tmp_path):
 
 
 @pytest.fixture(scope='module')
-def expected(real_lab, tmp_path_factory):
-    """What the collection expects of gpu-p4, from the facts nvidia_gpu_facts gathers from the node's own
-    driver files (its NVML configuration and PCI sysfs, copied out of the node) through the fake NVML
-    library: {"resources": {case: gpu_resources(facts, sharing=case's)}, "labels": gfd_labels(facts)}."""
+def node_driver(real_lab, tmp_path_factory):
+    """gpu-p4's own driver files (its NVML configuration and PCI sysfs, copied out of the node) and the fake
+    NVML library: what nvidia_gpu_facts run on the test machine needs to see the node's GPUs."""
     workdir = tmp_path_factory.mktemp('real-facts')
     node = real_lab.container(NODE)
     real_lab.podman('cp', node + ':/etc/nvidia-fake/gpus.json', str(workdir / 'gpus.json'))
@@ -256,30 +259,39 @@ def expected(real_lab, tmp_path_factory):
     library_dir = workdir / 'lib'
     library_dir.mkdir()
     harness.build(str(library_dir))
+    return {'workdir': workdir,
+            'facts_args': {'sysfs_root': str(workdir / 'nvidia-fake' / 'sys'),
+                           'dmi_product_file': str(workdir / 'nvidia-fake' / 'product_name')},
+            'environment': {'LD_LIBRARY_PATH': str(library_dir), 'FAKE_NVML_CONFIG': str(workdir / 'gpus.json')}}
+
+
+@pytest.fixture(scope='module')
+def expected(node_driver):  # pylint: disable=redefined-outer-name
+    """What the collection expects of gpu-p4, from the facts nvidia_gpu_facts gathers from the node's own
+    driver files: {"resources": {case: gpu_resources(facts, sharing=case's)}, "labels": gfd_labels(facts)}."""
     facts = 'facts.ansible_facts.nvidia_gpu'
-    tasks = [{'name': 'Gather', 'register': 'facts', 'gpuready.nvidia.nvidia_gpu_facts': {
-        'sysfs_root': str(workdir / 'nvidia-fake' / 'sys'),
-        'dmi_product_file': str(workdir / 'nvidia-fake' / 'product_name')},
-        'environment': {'LD_LIBRARY_PATH': str(library_dir), 'FAKE_NVML_CONFIG': str(workdir / 'gpus.json')}},
-        {'name': 'Labels', 'register': 'labels', 'ansible.builtin.debug': {
-            'msg': '{{ %s | gpuready.nvidia.gfd_labels }}' % facts}}]
+    tasks = [{'name': 'Gather', 'register': 'facts', 'gpuready.nvidia.nvidia_gpu_facts': node_driver['facts_args'],
+              'environment': node_driver['environment']},
+             {'name': 'Labels', 'register': 'labels', 'ansible.builtin.debug': {
+                 'msg': '{{ %s | gpuready.nvidia.gfd_labels }}' % facts}}]
     for index, (_config, sharing) in enumerate(SHARING_CASES.values()):
         tasks.append({'name': 'Resources %d' % index, 'register': 'resources_%d' % index,
                       'vars': {'sharing': sharing},
                       'ansible.builtin.debug': {'msg': '{{ %s | gpuready.nvidia.gpu_resources(sharing=sharing) }}' % facts}})
-    proc, results = run_tasks(str(workdir), tasks)
+    proc, results = run_tasks(str(node_driver['workdir']), tasks)
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert results['facts']['ansible_facts']['nvidia_gpu']['count'] == 4
     return {'resources': dict((name, results['resources_%d' % index]['msg']) for index, name in enumerate(SHARING_CASES)),
             'labels': results['labels']['msg']}
 
 
-@pytest.mark.parametrize('case', sorted(SHARING_CASES))
-def test_real_plugin_registers_what_gpu_resources_expects(real_lab, api, tmp_path, expected, case):
+def start_plugin(real_lab, api, tmp_path, case, resources):
+    """The real plugin on gpu-p4 with SHARING_CASES[case]'s config (a new pod: it reads its config once, at
+    start), nvidia containerd's default runtime; returns the new plugin pod once its log says it registered
+    each of `resources` and the node offers exactly them."""
     core, apps = api
     plugin_config, _sharing = SHARING_CASES[case]
-    # nvidia as containerd's default runtime (a no-op after the seed test), then the plugin with this config.
-    configure_containerd(real_lab, tmp_path)
+    configure_containerd(real_lab, tmp_path)  # a no-op after the seed test
     config_map = {'apiVersion': 'v1', 'kind': 'ConfigMap',
                   'metadata': {'name': PLUGIN_CONFIG, 'namespace': NAMESPACE},
                   'data': {'config.yaml': yaml.safe_dump(plugin_config)}}
@@ -293,15 +305,20 @@ def test_real_plugin_registers_what_gpu_resources_expects(real_lab, api, tmp_pat
         apps.replace_namespaced_daemon_set(name, NAMESPACE, daemon_set)
     else:
         apps.create_namespaced_daemon_set(NAMESPACE, daemon_set)
-    # The plugin reads its config once, at start: a new pod for this case.
     old = plugin_pod(core)
     if old:
         core.delete_namespaced_pod(old.metadata.name, NAMESPACE)
-    resources = expected['resources'][case]
     pod = wait_for('a new plugin pod to register %s' % sorted(resources), lambda: registered(core, old, resources),
                    timeout=180, report=lambda: plugin_report(core))
     wait_for('%s to offer %s (%s)' % (NODE, resources, case), lambda: advertised(core) == resources,
              report=lambda: plugin_report(core))
+    return pod
+
+
+@pytest.mark.parametrize('case', sorted(SHARING_CASES))
+def test_real_plugin_registers_what_gpu_resources_expects(real_lab, api, tmp_path, expected, case):
+    core, _apps = api
+    pod = start_plugin(real_lab, api, tmp_path, case, expected['resources'][case])
     assert plugin_pod(core).metadata.uid == pod.metadata.uid
 
 
@@ -369,16 +386,8 @@ def test_real_gfd_labels_through_real_nfd_equal_gfd_labels(real_lab, api, tmp_pa
     core = api[0]
     client = core.api_client
     configure_containerd(real_lab, tmp_path)
-    # NFD's CRDs from the NFD module lab/go pins; the namespace GFD's manifest uses.
-    crds = gobuild.upstream_dir('nfd') / 'deployment' / 'base' / 'nfd-crds' / 'nfd-api-crds.yaml'
-    extensions = kubernetes.client.ApiextensionsV1Api(client)
-    for crd in yaml.safe_load_all(crds.read_text()):
-        if crd and not extensions.list_custom_resource_definition(
-                field_selector='metadata.name=' + crd['metadata']['name']).items:
-            extensions.create_custom_resource_definition(crd)
-    wait_for('the NodeFeature CRD to be served', lambda: any(
-        c.type == 'Established' and c.status == 'True'
-        for c in extensions.read_custom_resource_definition('nodefeatures.nfd.k8s-sigs.io').status.conditions or []))
+    # NFD's CRDs; the namespace GFD's manifest uses.
+    install_nfd_crds(client)
     core.create_namespace({'apiVersion': 'v1', 'kind': 'Namespace', 'metadata': {'name': GFD_NAMESPACE}})
     # GFD's manifest selects GPU nodes by a label NFD's PCI source or the collection sets.
     core.patch_node(NODE, {'metadata': {'labels': {'nvidia.com/gpu.present': 'true'}}})
@@ -409,3 +418,162 @@ def test_real_gfd_labels_through_real_nfd_equal_gfd_labels(real_lab, api, tmp_pa
     annotations = core.read_node(NODE).metadata.annotations
     # nfd-master records the labels it owns: exactly GFD's.
     assert set(annotations['nfd.node.kubernetes.io/feature-labels'].split(',')) == set(expected['labels'])
+
+
+# --- k8s_gpu_validate's test pod on the real kubelet --------------------------------------------------------
+# The pod is created, run, logged and deleted by the real scheduler, kubelet and nvidia runtime of gpu-p4, with
+# the plugin registering its 4 GPUs without sharing; the validator's requests pass the fault-injecting proxy.
+
+GPU = 'nvidia.com/gpu'
+POD_NAMESPACE = 'gpuready-val'
+# What k8s_gpu_validate's notes ask for, and nothing more.
+VALIDATOR_RULES = [
+    {'apiGroups': [''], 'resources': ['nodes'], 'verbs': ['get', 'list', 'watch']},
+    {'apiGroups': [''], 'resources': ['pods'], 'verbs': ['create', 'delete', 'get', 'list', 'watch']},
+    {'apiGroups': [''], 'resources': ['pods/log'], 'verbs': ['get']},
+]
+
+
+@pytest.fixture(scope='module')
+def gpu_cluster(real_lab, api, tmp_path_factory):
+    """(ApiWithFaults on the real cluster, the validator): gpu-p4 offering its 4 GPUs, the RuntimeClass nvidia,
+    a namespace for test pods and a ServiceAccount bound to exactly VALIDATOR_RULES, behind the proxy."""
+    start_plugin(real_lab, api, str(tmp_path_factory.mktemp('plugin')), 'no-sharing', {GPU: 4})
+    cluster = ApiWithFaults(real_lab.control_plane, real_lab.state['kubeconfig'], str(tmp_path_factory.mktemp('val')))
+    try:
+        if not cluster.exists('node.k8s.io/v1', 'RuntimeClass', 'nvidia'):
+            cluster.create({'apiVersion': 'node.k8s.io/v1', 'kind': 'RuntimeClass', 'metadata': {'name': 'nvidia'},
+                            'handler': 'nvidia'})
+        cluster.create({'apiVersion': 'v1', 'kind': 'Namespace', 'metadata': {'name': POD_NAMESPACE}})
+        validator = cluster.add_identity('validator')
+        cluster.create({'apiVersion': 'rbac.authorization.k8s.io/v1', 'kind': 'ClusterRole',
+                        'metadata': {'name': 'gpuready-gpu-validator'}, 'rules': VALIDATOR_RULES})
+        cluster.create({'apiVersion': 'rbac.authorization.k8s.io/v1', 'kind': 'ClusterRoleBinding',
+                        'metadata': {'name': 'gpuready-gpu-validator'},
+                        'roleRef': {'apiGroup': 'rbac.authorization.k8s.io', 'kind': 'ClusterRole',
+                                    'name': 'gpuready-gpu-validator'},
+                        'subjects': [validator.subject]})
+        yield cluster, validator
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def faults_cleared(gpu_cluster):  # pylint: disable=redefined-outer-name
+    """The cluster and validator, with no fault left over from a test before or for a test after."""
+    cluster = gpu_cluster[0]
+    cluster.clear_faults()
+    yield gpu_cluster
+    cluster.clear_faults()
+
+
+def _validate(tmp_path, identity, **args):
+    task = {'name': 'Validate', 'gpuready.nvidia.k8s_gpu_validate': dict(dict(
+        {'expected': {NODE: {GPU: 4}}, 'gpus': {NODE: 4}, 'products': {NODE: 'Tesla P4'}, 'namespace': POD_NAMESPACE,
+         'runtime_class': 'nvidia', 'test_pod_timeout': 120, 'timeout': 30}, **args), kubeconfig=identity.kubeconfig),
+        'register': 'result', 'ignore_errors': True}
+    started = time.monotonic()
+    proc, results = run_tasks(str(tmp_path), [task])
+    return proc, results['result'], time.monotonic() - started
+
+
+def _codes(cluster, user, verb, resource, subresource=None):
+    return [r['code'] for r in cluster.requests() if r['user'] == user and r['verb'] == verb
+            and r['resource'] == resource and (r['subresource'] or None) == subresource]
+
+
+def test_run_test_pod_replaces_a_leftover_and_deletes_its_pod(faults_cleared):
+    cluster, validator = faults_cleared
+    cluster.clear_requests()
+    kubernetes = require.module('kubernetes')
+    core = kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(validator.kubeconfig))
+    cluster.create({
+        'apiVersion': 'v1', 'kind': 'Pod', 'metadata': {'name': 'val-pod-1', 'namespace': POD_NAMESPACE},
+        'spec': {'nodeName': NODE, 'terminationGracePeriodSeconds': 1, 'containers': [
+            {'name': 'old', 'image': CUDA_IMAGE, 'imagePullPolicy': 'Never', 'command': ['sleep', '3600']}]}})
+    result = run_test_pod(core, POD_NAMESPACE, 'val-pod-1', CUDA_IMAGE, GPU, runtime_class='nvidia', node_name=NODE,
+                          timeout=120, products=['Tesla P4'])
+    assert result['ok'] is True and result['phase'] == 'Succeeded' and result['product_found'] is True, result
+    assert result['log'].count('Tesla P4') == 1, result['log']  # nvidia-smi -L in a pod given one GPU
+    assert not cluster.exists('v1', 'Pod', 'val-pod-1', namespace=POD_NAMESPACE)
+    asked = [(r['verb'], r['code']) for r in cluster.requests() if r['user'] == validator.username
+             and r['name'] == 'val-pod-1' and r['verb'] in ('create', 'delete')]
+    assert asked == [('delete', 200), ('create', 201), ('delete', 200)], asked
+
+
+def test_module_passes_unchanged_and_writes_the_report(tmp_path, faults_cleared):
+    _cluster, validator = faults_cleared
+    report = tmp_path / 'report.json'
+    proc, result, _seconds = _validate(tmp_path, validator, report_path=str(report))
+    assert not result.get('failed'), proc.stdout
+    assert result['changed'] is False
+    row = result['rows'][0]
+    # The kubelet keeps a resource a stopped plugin registered (nvidia.com/gpu.shared of the renamed case) in
+    # capacity with allocatable 0; validation reports it and checks what is expected.
+    assert (row['node'], row['capacity'][GPU], row['allocatable'][GPU], row['ok']) == (NODE, 4, 4, True), row
+    assert result['table'][0].split() == ['node', 'GPUs', 'expected', 'capacity', 'allocatable', 'test', 'pod']
+    assert result['table'][1].split()[:3] == [NODE, '4', 'nvidia.com/gpu=4']
+    assert result['table'][1].endswith('passed: Tesla P4')
+    written = json.loads(report.read_text())
+    assert written['passed'] is True and written['problems'] == []
+    assert written['nodes'] == result['rows'] and written['nodes'][0]['test_pod']['product_found'] is True
+
+
+def test_role_validates_the_node_from_its_facts(tmp_path, faults_cleared, node_driver):  # pylint: disable=redefined-outer-name
+    cluster, validator = faults_cleared
+    cluster.clear_requests()
+    report = tmp_path / 'report.json'
+    tasks = [
+        {'name': "Gather the node's GPU facts", 'gpuready.nvidia.nvidia_gpu_facts': node_driver['facts_args'],
+         'environment': node_driver['environment']},
+        {'name': 'The role', 'ansible.builtin.include_role': {'name': 'gpuready.nvidia.validate'}, 'vars': {
+            'validate_gpu_group': 'all', 'gpuready_node_name': NODE, 'gpuready_namespace': POD_NAMESPACE,
+            'gpuready_k8s_kubeconfig': validator.kubeconfig, 'gpuready_set_as_default': False,
+            'validate_timeout': 60, 'validate_test_pod_timeout': 120, 'validate_report_path': str(report)}},
+        {'name': "What the role's validation registered", 'ansible.builtin.debug': {'var': 'validate_result'},
+         'register': 'role'}]
+    proc, results = run_tasks(str(tmp_path), tasks)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    result = results['role']['validate_result']
+    assert result['changed'] is False and result['problems'] == []
+    assert result['rows'][0]['expected'] == {GPU: 4} and result['rows'][0]['gpus'] == 4
+    assert result['rows'][0]['allocatable'][GPU] == 4 and result['rows'][0]['ok'] is True
+    assert result['table'][1].split()[:3] == [NODE, '4', 'nvidia.com/gpu=4']
+    assert result['table'][1].endswith('passed: Tesla P4')
+    assert 'passed: Tesla P4' in proc.stdout  # the table is printed
+    assert json.loads(report.read_text())['passed'] is True
+    assert _codes(cluster, validator.username, 'create', 'pods') == [201]
+
+
+def test_validate_retries_every_kind_of_test_pod_request_and_waits_for_a_slow_one(tmp_path, faults_cleared):
+    cluster, validator = faults_cleared
+    cluster.clear_requests()
+    cluster.inject(verb='list', resource='pods', namespace=POD_NAMESPACE, delay=2, count=1)
+    cluster.inject(verb='create', resource='pods', namespace=POD_NAMESPACE, status=500, count=2)
+    cluster.inject(verb='watch', resource='pods', namespace=POD_NAMESPACE, status=503, count=2)
+    cluster.inject(verb='get', resource='pods', namespace=POD_NAMESPACE, subresource='log', status=500, count=1)
+    cluster.inject(verb='delete', resource='pods', namespace=POD_NAMESPACE, status=503, count=1)
+    proc, result, seconds = _validate(tmp_path, validator)
+    assert not result.get('failed'), proc.stdout
+    assert result['rows'][0]['test_pod']['ok'] is True and result['rows'][0]['test_pod']['product'] == 'Tesla P4'
+    user = validator.username
+    assert _codes(cluster, user, 'list', 'pods') == [200]  # answered late, not asked again
+    assert seconds >= 2 + 0.5 + 1  # the slow list and two backoffs at least
+    assert _codes(cluster, user, 'create', 'pods') == [500, 500, 201]
+    assert _codes(cluster, user, 'watch', 'pods')[:3] == [503, 503, 200]
+    assert _codes(cluster, user, 'get', 'pods', 'log') == [500, 200]
+    # The leftover check before and the clean-up after: the first delete's 503 is retried (404: none there).
+    assert _codes(cluster, user, 'delete', 'pods') == [503, 404, 200]
+    assert not cluster.exists('v1', 'Pod', 'gpuready-gpu-test-' + NODE, namespace=POD_NAMESPACE)
+
+
+def test_validate_gets_over_a_409_on_creating_the_test_pod(tmp_path, faults_cleared):
+    cluster, validator = faults_cleared
+    cluster.clear_requests()
+    cluster.inject(verb='create', resource='pods', namespace=POD_NAMESPACE, status=409, count=1)
+    proc, result, _seconds = _validate(tmp_path, validator)
+    assert not result.get('failed'), proc.stdout
+    assert result['rows'][0]['test_pod']['ok'] is True
+    assert _codes(cluster, validator.username, 'create', 'pods') == [409, 201]
+    # Before, after the 409 (nothing there: the conflict was injected) and the clean-up at the end.
+    assert _codes(cluster, validator.username, 'delete', 'pods') == [404, 404, 200]

@@ -16,10 +16,12 @@ import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
-from k8s_emulator.pki import CertificateAuthority
+
+import lab_scripts
 
 from ansible_collections.gpuready.nvidia.plugins.module_utils import containerd_state as state
 
+CertificateAuthority = lab_scripts.script('lab/pki.py', 'gpuready_lab_pki').CertificateAuthority
 ACTIVE = {'name': 'containerd', 'active_state': 'active', 'main_pid': 42, 'started_at': 1000.0}
 
 

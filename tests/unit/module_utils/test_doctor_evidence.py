@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) gpuready.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""doctor_evidence.py over stand-in client methods (the same against the API emulator, through the
+"""doctor_evidence.py over stand-in client methods (the same against a real kube-apiserver, through the
 module: tests/integration/test_k8s_gpu_doctor.py): what is read, for which objects, and that a
 refusal becomes a DoctorError naming the request."""
 

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 """gpu_validate's pure parts: rows and problem sentences from Node objects, the table (the test
-pod's manifest and outcome: k8s/test_pods.py). The API-facing parts are tested against the emulator in
-tests/integration/test_k8s_gpu_validate.py."""
+pod's manifest and outcome: k8s/test_pods.py). The API-facing parts are tested against a real kube-apiserver
+in tests/integration/test_k8s_gpu_validate.py."""
 
 from __future__ import absolute_import, division, print_function
 

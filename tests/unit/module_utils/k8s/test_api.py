@@ -2,8 +2,8 @@
 # Copyright (c) gpuready.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """k8s.api.call_api without an API server: which failures are retried and how often, the
-messages, and that no message carries the credentials. The same against the API emulator, through
-the modules: tests/integration/test_api_faults.py."""
+messages, and that no message carries the credentials. The same against a real kube-apiserver behind
+the fault-injecting proxy, through the modules: tests/integration/test_api_faults.py."""
 
 from __future__ import absolute_import, division, print_function
 

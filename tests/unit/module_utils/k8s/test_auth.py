@@ -2,7 +2,7 @@
 # Copyright (c) gpuready.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """k8s/auth.py: kubernetes.core's option names, and the client the options make (explicit options
-over the kubeconfig). Against the API emulator with each credential: tests/integration/test_k8s_credentials.py."""
+over the kubeconfig). Against a real kube-apiserver with each credential: tests/integration/test_k8s_credentials.py."""
 
 from __future__ import absolute_import, division, print_function
 

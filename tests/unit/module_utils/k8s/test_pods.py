@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 """k8s/pods.py's pure parts: the test pod's manifest and name, its outcome, why a pod waits or
-failed. Running the pods is tested against the emulator in tests/integration/test_k8s_gpu_validate.py."""
+failed. Running the pods is tested on the lab's real kubelet in tests/integration/test_real_cluster.py."""
 
 from __future__ import absolute_import, division, print_function
 

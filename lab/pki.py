@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) gpuready.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The emulator's PKI: a CA, the server certificate (127.0.0.1 and localhost) and client certificates
+"""The lab's PKI: a CA, serving certificates (for the names and addresses given) and client certificates
 (CN = user, O = groups, as the API server's x509 authenticator reads them). ECDSA P-256 keys: quick
 to make on a small machine, and accepted by OpenSSL, Python's ssl and client-go alike."""
 
@@ -42,7 +42,7 @@ class CertificateAuthority:
         self.cert_path = cert_path
 
     @classmethod
-    def create(cls, directory, common_name='k8s-emulator-ca'):
+    def create(cls, directory, common_name='gpuready-test-ca'):
         key = ec.generate_private_key(ec.SECP256R1())
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
         now = datetime.datetime.now(datetime.timezone.utc)
