@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 import gfd_cases as cases
+from cluster_api import wait_until_pod_security_enforces
 from ansible_collections.gpuready.nvidia.plugins.module_utils.k8s import api as k8s_api
 import manifest_render
 import require
@@ -154,6 +155,7 @@ def test_pod_security_admits_our_pods_at_the_level_we_label_and_not_one_stricter
         assert level == 'privileged'
         core.patch_namespace(namespace, {'metadata': {'labels': {'pod-security.kubernetes.io/enforce': 'baseline'}}})
         try:
+            wait_until_pod_security_enforces(core, namespace, 'baseline')
             refused = dict((p['metadata']['name'], _admission(core, kubernetes, p)) for p in members)
         finally:
             core.patch_namespace(namespace, {'metadata': {'labels': {'pod-security.kubernetes.io/enforce': level}}})

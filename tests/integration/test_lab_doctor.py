@@ -34,7 +34,7 @@ import pytest
 import yaml
 
 import lab_scripts
-from cluster_api import wait_for
+from cluster_api import wait_for, wait_until_pod_security_enforces
 from ansible_collections.gpuready.nvidia.tests import apt_repo, offline_wheels
 
 NODE, HOST = 'gpu-p4', 'p4.lab.internal'
@@ -316,6 +316,7 @@ def _enforce_baseline(s):
     """PodSecurity one level stricter on the plugin's namespace: the DaemonSet controller's new pod is refused."""
     s.saved = s.api.get('v1', 'Namespace', NAMESPACE)['metadata']['labels'][PSA_ENFORCE]
     s.api.patch('v1', 'Namespace', NAMESPACE, {'metadata': {'labels': {PSA_ENFORCE: 'baseline'}}})
+    wait_until_pod_security_enforces(s.api.core, NAMESPACE, 'baseline')
     s.restart_plugin()
     wait_for('the DaemonSet controller refused by PodSecurity', lambda: [
         e for e in s.api.list('v1', 'Event', namespace=NAMESPACE, field_selector='reason=FailedCreate')
