@@ -7,6 +7,7 @@ upstream module at the version the lab pins and lists, as `tool` lines, the prog
 runs from it. Nothing else pins a version: the binary's version is the `require` line.
 
     gobuild.py build [COMPONENT...]   build what is missing into .cache/bin/<program>-<version>
+                                      (a program of our own: <program>-<version>-<digest of its sources>)
     gobuild.py generate COMPONENT     rewrite the component's go.mod from its pin (then go mod tidy)
     gobuild.py check                  each go.mod's replace block equals what its upstream go.mod implies
     gobuild.py path PROGRAM           print the cached binary's path (exit 1 if not built)
@@ -23,6 +24,7 @@ k8s.io modules. That block is derived from the upstream go.mod, never typed.
 
 import argparse
 import collections
+import hashlib
 import json
 import os
 import re
@@ -199,9 +201,22 @@ def program_name(spec, tool):
     return spec.get("names", {}).get(tool, tool.rsplit("/", 1)[-1])
 
 
+def _own_sources_digest(found, tool):
+    """For a program of ours in the component's module (not the upstream's): a digest of its Go files, so
+    that an edit builds it again; None for an upstream program, which only its pin changes."""
+    prefix = found.gomod["module"] + "/"
+    if not tool.startswith(prefix):
+        return None
+    digest = hashlib.sha256()
+    for source in sorted((found.folder / tool[len(prefix):]).glob("*.go")):
+        digest.update(source.name.encode() + b"\0" + source.read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def binary_path(name, tool):
     found = component(name)
-    return BIN_DIR / f"{program_name(found.spec, tool)}-{found.version}"
+    digest = _own_sources_digest(found, tool)
+    return BIN_DIR / (f"{program_name(found.spec, tool)}-{found.version}" + (f"-{digest}" if digest else ""))
 
 
 def find_binary(program):

@@ -7,14 +7,15 @@ its labels must equal what ``gfd_labels`` made of the facts: the upstream progra
 
 from __future__ import absolute_import, division, print_function
 
+import json
 import os
 import subprocess
+import threading
 
 import pytest
 import yaml
 
 import gfd_cases as cases
-import device_plugin_registry as registry
 import lab_scripts
 from fake_nvml import harness
 from playbook import run_tasks
@@ -202,24 +203,62 @@ def test_real_gfd_labels_equal_gfd_labels(nodes, results, entry):
     assert real == ours
 
 
-@pytest.fixture(scope="module")
-def plugin_api(tmp_path_factory):
-    return registry.compile_api(str(tmp_path_factory.mktemp("device-plugin-api")))
+class _Lines:
+    """The lines a process writes to `stream`, read by a thread of their own as they come."""
+
+    def __init__(self, stream, changed):
+        self.lines, self.changed = [], changed
+        self.thread = threading.Thread(target=self._follow, args=(stream,), daemon=True)
+        self.thread.start()
+
+    def _follow(self, stream):
+        for line in stream:
+            with self.changed:
+                self.lines.append(line)
+                self.changed.notify_all()
+        with self.changed:
+            self.changed.notify_all()
 
 
-def run_real_plugin(library_dir, node, options, api, done):
-    """The real nvidia-device-plugin on the case's node, registering with a Registry, until
-    done(registered, output) or it exits: (exit code or None while it ran, {resource: healthy device
-    IDs}, its output)."""
+def run_real_plugin(library_dir, node, options, done, timeout=90):
+    """The real nvidia-device-plugin on the case's node, registering with the real kubelet's device manager
+    (kubelet-device-manager, lab/go: the kubelet's own code for it), until done(allocatable, output) holds,
+    the plugin exits or `timeout` seconds pass: (its exit code, None while it ran; {"capacity", "allocatable"}:
+    what the kubelet would write into its Node, {resource: count}; its output)."""
     folder = os.path.join(os.path.dirname(node["config"]), "device-plugins")
     os.makedirs(folder, exist_ok=True)
     command = [str(gobuild.find_binary("nvidia-device-plugin")), "--config-file=" + write_config(node, options)]
     if (options.get("sharing") or {}).get("strategy") == "mps":
         # As its Helm chart sets it with MPS on; without it the plugin refuses any MPS config for that alone.
         command.append("--mps-root=" + os.path.join(folder, "mps"))
-    with registry.Registry(folder, api) as kubelet:
-        return kubelet.run_plugin(in_node(node, command, plugin_dir=folder), nvml_env(library_dir, node), done,
-                                  timeout=90)
+    changed = threading.Condition()
+    kubelet = subprocess.Popen(in_node(node, [str(gobuild.find_binary("kubelet-device-manager"))], plugin_dir=folder),
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    plugin = None
+    try:
+        states = _Lines(kubelet.stdout, changed)
+        with changed:
+            # Its first line comes once its Registration service listens (kubelet.sock).
+            assert changed.wait_for(lambda: states.lines or kubelet.poll() is not None, timeout=30), 'no device manager'
+            assert kubelet.poll() is None, 'the device manager exited with %s' % kubelet.returncode
+        plugin = subprocess.Popen(in_node(node, command, plugin_dir=folder), env=nvml_env(library_dir, node),
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        output = _Lines(plugin.stdout, changed)
+
+        def state():
+            return json.loads(states.lines[-1])
+        with changed:
+            changed.wait_for(lambda: done(state()["allocatable"], "".join(output.lines)) or plugin.poll() is not None,
+                             timeout=timeout)
+            returncode = plugin.poll()
+    finally:
+        for proc in (plugin, kubelet):
+            if proc and proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=30)
+    output.thread.join(timeout=30)
+    with changed:
+        return returncode, state(), "".join(output.lines)
 
 
 def _runs_mps(entry):
@@ -233,22 +272,20 @@ PLUGIN_CASES = [entry for entry in ALL_CASES if not _runs_mps(entry)]
 
 
 @pytest.mark.parametrize("entry", PLUGIN_CASES, ids=cases.case_id)
-def test_real_plugin_registers_what_gpu_resources_expects(nodes, results, plugin_api, entry):
+def test_real_plugin_registers_what_gpu_resources_expects(nodes, results, entry):
     case = entry[1]
     library_dir, case_nodes = nodes
     # How many resources the case says the node gets tells when the plugin has registered them all.
     count = len(case["expected_node_resources"])
 
-    def done(registered, output):
-        return len(registered) >= count if count else NO_DEVICES in output
-    returncode, registered, output = run_real_plugin(library_dir, case_nodes[case["name"]], cases.options_of(case),
-                                                     plugin_api, done)
+    def done(allocatable, output):
+        return len(allocatable) >= count if count else NO_DEVICES in output
+    returncode, kubelet, output = run_real_plugin(library_dir, case_nodes[case["name"]], cases.options_of(case), done)
     ours = results[case["name"]]["resources"]
     if case.get("expected_plugin_error"):
         # The plugin refuses the configuration at start and registers nothing; so does gpu_resources.
-        assert returncode not in (None, 0) and registered == {}, output[-3000:]
+        assert returncode not in (None, 0) and kubelet == {"capacity": {}, "allocatable": {}}, output[-3000:]
         assert ours.get("failed") is True, ours
         return
     assert returncode is None, output[-3000:]
-    real = dict((name, len(devices)) for name, devices in registered.items())
-    assert real == ours["msg"], output[-3000:]
+    assert kubelet == {"capacity": ours["msg"], "allocatable": ours["msg"]}, output[-3000:]

@@ -221,6 +221,7 @@ replace (
 )
 
 tool (
+	gpuready.lab/kubernetes/cmd/kubelet-device-manager
 	k8s.io/kubernetes/cmd/kube-apiserver
 	k8s.io/kubernetes/cmd/kube-controller-manager
 	k8s.io/kubernetes/cmd/kube-proxy

@@ -115,7 +115,27 @@ def test_each_component_pins_its_module_and_names_programs(name):
     spec, _folder, gomod, version = gobuild.component(name)
     assert version.startswith('v')
     assert gomod['tool'], 'no programs listed in lab/go/%s/go.mod' % name
-    assert all(tool.startswith(spec['module']) for tool in gomod['tool'])
+    # The upstream's programs, and programs of ours in our own module
+    assert all(tool.startswith((spec['module'] + '/', gomod['module'] + '/')) or tool == spec['module']
+               for tool in gomod['tool'])
+
+
+def test_a_program_of_ours_is_built_again_when_its_sources_change(tmp_path):
+    ours = tmp_path / 'cmd' / 'tool'
+    ours.mkdir(parents=True)
+    (ours / 'main.go').write_text('package main\n')
+    found = gobuild.Component({}, tmp_path, {'module': 'gpuready.lab/x'}, 'v1.0.0')
+    first = gobuild._own_sources_digest(found, 'gpuready.lab/x/cmd/tool')
+    assert first and first == gobuild._own_sources_digest(found, 'gpuready.lab/x/cmd/tool')
+    (ours / 'main.go').write_text('package main\n\nfunc main() {}\n')
+    assert gobuild._own_sources_digest(found, 'gpuready.lab/x/cmd/tool') not in (None, first)
+    assert gobuild._own_sources_digest(found, 'upstream.example/cmd/tool') is None
+
+
+def test_cached_binaries_are_named_by_program_and_version():
+    version = gobuild.component('kubernetes').version
+    assert gobuild.find_binary('kubelet').name == 'kubelet-' + version
+    assert gobuild.find_binary('kubelet-device-manager').name.startswith('kubelet-device-manager-%s-' % version)
 
 
 def test_unknown_component_is_refused():
