@@ -213,23 +213,25 @@ def wait_for(what, check, timeout=120, interval=0.5, report=None):
         timeout, what, value, '\n' + report() if report else ''))
 
 
+def admission_refusal(core, pod):
+    """None when the API server would admit pod (a server-side dry run: nothing is created), else the
+    status and message refusing it. core: a CoreV1Api."""
+    kubernetes = require.module('kubernetes')
+    try:
+        core.create_namespaced_pod(pod['metadata']['namespace'], pod, dry_run='All')
+    except kubernetes.client.ApiException as err:
+        return '%s %s' % (err.status, json.loads(err.body)['message'])
+    return None
+
+
 def wait_until_pod_security_enforces(core, namespace, level, timeout=30):
     """After a change of namespace's PodSecurity label: until the admission enforces level there. It reads
     namespaces from the API server's informer cache, which follows the change a moment later, so a pod
     created at once can still be judged by the old level. The probe, a privileged container, is refused
-    at every level but privileged (a server-side dry run: nothing is created). core: a CoreV1Api."""
-    kubernetes = require.module('kubernetes')
+    at every level but privileged."""
     probe = {'apiVersion': 'v1', 'kind': 'Pod', 'metadata': {'name': 'pod-security-probe', 'namespace': namespace},
              'spec': {'containers': [{'name': 'probe', 'image': 'pause', 'securityContext': {'privileged': True}}]}}
     wanted = 'violates PodSecurity "%s:latest"' % level
-
-    def refused_at_level():
-        try:
-            core.create_namespaced_pod(namespace, probe, dry_run='All')
-        except kubernetes.client.ApiException as err:
-            message = json.loads(err.body)['message']
-            if wanted in message:
-                return message
-            raise
-        return None
-    wait_for('PodSecurity to enforce %s in %s' % (level, namespace), refused_at_level, timeout=timeout, interval=0.1)
+    wait_for('PodSecurity to enforce %s in %s' % (level, namespace),
+             lambda: wanted in (admission_refusal(core, probe) or ''), timeout=timeout, interval=0.1,
+             report=lambda: 'the probe: %s' % admission_refusal(core, probe))

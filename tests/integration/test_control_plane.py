@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 import gfd_cases as cases
-from cluster_api import wait_until_pod_security_enforces
+from cluster_api import admission_refusal, wait_until_pod_security_enforces
 from ansible_collections.gpuready.nvidia.plugins.module_utils.k8s import api as k8s_api
 import manifest_render
 import require
@@ -117,15 +117,6 @@ def _pods_of_our_workloads():
     return pods
 
 
-def _admission(core, kubernetes, pod):
-    """None when the API server would admit the pod (server-side dry run), else the message refusing it."""
-    try:
-        core.create_namespaced_pod(pod['metadata']['namespace'], pod, dry_run='All')
-    except kubernetes.client.ApiException as exc:
-        return '%s %s' % (exc.status, json.loads(exc.body)['message'])
-    return None
-
-
 def test_pod_security_admits_our_pods_at_the_level_we_label_and_not_one_stricter(kube):
     kubernetes, api = kube
     core = kubernetes.client.CoreV1Api(api)
@@ -148,7 +139,7 @@ def test_pod_security_admits_our_pods_at_the_level_we_label_and_not_one_stricter
     for namespace, members in sorted(pods.items()):
         level = next(n for n in namespaces if n['metadata']['name'] == namespace)['metadata']['labels'][
             'pod-security.kubernetes.io/enforce']
-        assert dict((p['metadata']['name'], _admission(core, kubernetes, p)) for p in members) == dict(
+        assert dict((p['metadata']['name'], admission_refusal(core, p)) for p in members) == dict(
             (p['metadata']['name'], None) for p in members), namespace
         # One level stricter (the Pod Security Standards: privileged, baseline, restricted) refuses some of
         # them with the real PodSecurity admission's own reason: the label asks for no more than they need.
@@ -156,7 +147,7 @@ def test_pod_security_admits_our_pods_at_the_level_we_label_and_not_one_stricter
         core.patch_namespace(namespace, {'metadata': {'labels': {'pod-security.kubernetes.io/enforce': 'baseline'}}})
         try:
             wait_until_pod_security_enforces(core, namespace, 'baseline')
-            refused = dict((p['metadata']['name'], _admission(core, kubernetes, p)) for p in members)
+            refused = dict((p['metadata']['name'], admission_refusal(core, p)) for p in members)
         finally:
             core.patch_namespace(namespace, {'metadata': {'labels': {'pod-security.kubernetes.io/enforce': level}}})
         refused = dict((name, message) for name, message in refused.items() if message)
