@@ -212,7 +212,12 @@ class Lab:
         os.makedirs(os.path.join(tree, os.path.dirname(FAKE_SYSFS_ROOT).lstrip("/")))
         os.makedirs(os.path.join(tree, "usr", "local", "sbin"))
         shutil.copy(os.path.join(LAB_DIR, "node", "lab-init.sh"), os.path.join(tree, "usr", "local", "sbin", "lab-init"))
-        shutil.copyfile(fake["config"], os.path.join(tree, "etc", "nvidia-fake", "gpus.json"))
+        with open(fake["config"]) as handle:
+            inventory = json.load(handle)
+        if "kernel_module" in inventory:  # the loaded module, at its place on the node
+            inventory["kernel_module"] = FAKE_SYSFS_ROOT + "/module/nvidia"
+        with open(os.path.join(tree, "etc", "nvidia-fake", "gpus.json"), "w") as handle:
+            json.dump(inventory, handle, indent=1)
         shutil.copytree(fake["sysfs_root"], os.path.join(tree, FAKE_SYSFS_ROOT.lstrip("/")))
         # The driver's /proc/driver entries (MIG capability minors), which the nvidia runtime binds into containers
         shutil.copytree(fake["proc_driver_root"], os.path.join(tree, FAKE_PROC_DRIVER.lstrip("/")))
@@ -222,8 +227,7 @@ class Lab:
             dmi = os.path.join(tree, FAKE_SYSFS_ROOT.lstrip("/"), "class", "dmi", "id")
             os.makedirs(dmi)
             shutil.copyfile(fake["dmi_product_file"], os.path.join(dmi, "product_name"))
-        with open(fake["config"]) as handle:
-            count = len(json.load(handle)["devices"])
+        count = len(inventory["devices"])
         lines = ["# Written by lab/lab.py: the device nodes the NVIDIA driver (nvidia-modprobe/udev) would",
                  "# create. They only need to exist; nothing behind them answers.",
                  "c! /dev/nvidiactl 0666 root root - %d:255" % NVIDIA_MAJOR,

@@ -58,6 +58,11 @@ def _nvidia_ldflags(version):
     return [f"-X github.com/NVIDIA/k8s-device-plugin/internal/info.version={version}"]
 
 
+def _toolkit_ldflags(version):
+    # The toolkit's Makefile stamps the version without its "v" (nvidia-ctk --version: 1.20.2).
+    return [f"-X github.com/NVIDIA/nvidia-container-toolkit/internal/info.version={version.lstrip('v')}"]
+
+
 def _nfd_ldflags(version):
     return [f"-X sigs.k8s.io/node-feature-discovery/pkg/version.version={version}"]
 
@@ -81,6 +86,11 @@ COMPONENTS = {
     "nfd": {
         "module": "sigs.k8s.io/node-feature-discovery",
         "ldflags": _nfd_ldflags,
+    },
+    "container-toolkit": {
+        "module": "github.com/NVIDIA/nvidia-container-toolkit",
+        "ldflags": _toolkit_ldflags,
+        "cgo": True,
     },
 }
 

@@ -14,7 +14,8 @@ under /proc; libnvidia-container mounts there from its hook too).
 
 The GPU edit happens only when the container's environment has NVIDIA_VISIBLE_DEVICES (`all`, or
 comma-separated indices, GPU UUIDs or MIG UUIDs; `void`, `none` or empty: nothing). It then
-  * binds in, read-only, the driver's libnvidia-ml.so.1 and nvidia-smi,
+  * binds in, read-only, the driver's libnvidia-ml.so.1 and nvidia-smi, and the folder that stands for
+    the loaded kernel module (the inventory's `kernel_module`), which the fake NVML checks at init,
   * writes the GPU inventory restricted to the visible GPUs (/run/nvidia-fake/containers/ID.json;
     for a MIG UUID: its parent GPU with only the visible MIG devices) and binds it at the fake NVML's
     default path /etc/nvidia-fake/gpus.json,
@@ -133,6 +134,12 @@ def inject(bundle, container_id):
     for path in BINDS:
         mounts.append({"destination": path, "type": "bind", "source": path, "options": ["rbind", "ro", "nosuid"]})
     mounts.append({"destination": INVENTORY, "type": "bind", "source": own, "options": ["rbind", "ro", "nosuid"]})
+    # Real NVML asks the loaded kernel module for its version at init (through /dev/nvidiactl); the fake asks
+    # the folder that stands for it, so the container sees it where the inventory names it. No folder: no
+    # module loaded, and NVML in the container fails as on the node.
+    module = inventory.get("kernel_module")
+    if module and os.path.isdir(module):
+        mounts.append({"destination": module, "type": "bind", "source": module, "options": ["rbind", "ro", "nosuid"]})
     paths = ["/dev/nvidia%d" % device.get("minor_number", i) for i, device in enumerate(chosen)]
     paths += list(CONTROL_DEVICES)
     linux = spec.setdefault("linux", {})

@@ -84,7 +84,10 @@ def check_nvml(n):
     kernel = n.gpu['kernel_module'].get('version')
     if 'versions differ' in error or (gpu.get('nvml_ok') and kernel and gpu.get('driver_version')
                                       and kernel != gpu['driver_version']):
-        raise Finding('driver_library_version_mismatch', error or 'kernel module %s, NVML library %s'
+        if error:  # NVML's own refusal at init, as a real mismatch gives it
+            loaded = '; loaded kernel module: %s' % kernel if kernel else ''
+            raise Finding('driver_library_version_mismatch', error + loaded)
+        raise Finding('driver_library_version_mismatch', 'kernel module %s, NVML library %s'
                       % (kernel, gpu['driver_version']))
     if error.startswith('NVML library not found'):
         raise Finding('nvml_library_missing', error)

@@ -28,7 +28,10 @@ description:
     file with version-3 tables, as AKS writes), with a warning; a table containerd ignores at the file's version
     (the C(io.containerd.grpc.v1.cri) tables of a file without C(version), read by containerd 1.x only from
     C(plugins.cri)) is named in a warning and the implied table is edited; D8 a runtime built without a base
-    on a version 3/4 file omits C(runtime_root) and C(runtime_engine), which containerd 2.0 removed."
+    on a version 3/4 file omits C(runtime_root) and C(runtime_engine), which containerd 2.0 removed; D9 the
+    runtime entry is replaced in the file itself unless O(drop_in) is given, where nvidia-ctk 1.18 and later
+    writes the entry of a version 2/3 file to a drop-in that containerd 2.x merges over the file, so there keys
+    of an older entry of that name that the new one lacks (such as C(base_runtime_spec)) stay in effect."
   - Option keys that differ only in case from the ones written (for example C(binaryName)) are removed,
     because containerd 1.x decodes runtime options case-insensitively.
   - Every key or table added or changed carries a trailing comment that starts with C(gpuready.nvidia),

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 
 typedef int nvmlReturn_t;
 #define NVML_SUCCESS 0
@@ -25,6 +26,7 @@ typedef int nvmlReturn_t;
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
 #define NVML_ERROR_DRIVER_NOT_LOADED 9
 #define NVML_ERROR_TIMEOUT 10
+#define NVML_ERROR_LIB_RM_VERSION_MISMATCH 18
 #define NVML_ERROR_ARGUMENT_VERSION_MISMATCH 25
 #define NVML_ERROR_UNKNOWN 999
 
@@ -309,6 +311,7 @@ static struct nvmlDevice_st devices[MAX_DEVICES];
 static struct nvmlDevice_st migs[MAX_DEVICES][MAX_MIG];
 static unsigned int device_count;
 static char driver_version[STR];
+static char kernel_module[1024];
 static char nvml_version[STR];
 static int cuda_version;
 /* How many nvmlInit calls no nvmlShutdown has matched yet: NVML keeps this reference count and shuts
@@ -431,6 +434,27 @@ static int load_device(unsigned int index, const struct json *cfg)
 #define DEFAULT_CONFIG NULL
 #endif
 
+/* Real NVML asks the loaded kernel module (the driver's RM) for its version at init and fails when it
+ * is not loaded or is another version than the library's, as after a driver upgrade without a reboot.
+ * The fake's loaded module is the sysfs folder `kernel_module` names (<sysfs>/module/nvidia): no folder
+ * is no module, and a `version` file in it that differs from driver_version is a mismatch. */
+static nvmlReturn_t check_kernel_module(void)
+{
+    char path[sizeof kernel_module + 16], loaded[STR] = "";
+    struct stat folder;
+    size_t n;
+    FILE *f;
+
+    if (stat(kernel_module, &folder) != 0 || !S_ISDIR(folder.st_mode)) return NVML_ERROR_DRIVER_NOT_LOADED;
+    snprintf(path, sizeof path, "%s/version", kernel_module);
+    if (!(f = fopen(path, "r"))) return NVML_SUCCESS;
+    n = fread(loaded, 1, sizeof loaded - 1, f);
+    fclose(f);
+    while (n > 0 && isspace((unsigned char)loaded[n - 1])) n--;
+    loaded[n] = '\0';
+    return strcmp(loaded, driver_version) ? NVML_ERROR_LIB_RM_VERSION_MISMATCH : NVML_SUCCESS;
+}
+
 /* Returns the init return code: the configured one, or UNKNOWN when the configuration is unusable. */
 static nvmlReturn_t load_config(void)
 {
@@ -444,6 +468,7 @@ static nvmlReturn_t load_config(void)
     FILE *f;
 
     memset(devices, 0, sizeof devices);
+    kernel_module[0] = '\0';
     memset(migs, 0, sizeof migs);
     device_count = 0;
     if (!path || !(f = fopen(path, "rb"))) {
@@ -467,6 +492,8 @@ static nvmlReturn_t load_config(void)
     str_of(root, "nvml_version", nvml_version, sizeof nvml_version);
     cuda_version = (int)num_of(root, "cuda_driver_version", 0);
     rc = (nvmlReturn_t)num_of(root, "init_rc", NVML_SUCCESS);
+    str_of(root, "kernel_module", kernel_module, sizeof kernel_module);
+    if (rc == NVML_SUCCESS && kernel_module[0]) rc = check_kernel_module();
     list = member(root, "devices");
     for (list = list && list->type == J_ARR ? list->child : NULL; list; list = list->next) {
         if (device_count == MAX_DEVICES || load_device(device_count, list)) {
@@ -548,6 +575,7 @@ const char *nvmlErrorString(nvmlReturn_t result)
     case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
     case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
     case NVML_ERROR_TIMEOUT: return "Timeout";
+    case NVML_ERROR_LIB_RM_VERSION_MISMATCH: return "Driver/library version mismatch";
     case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument Version Mismatch";
     default: return "Unknown Error";
     }

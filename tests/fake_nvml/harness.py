@@ -207,11 +207,14 @@ def node_from_case(case, root):
                                    "config": config_space(capability)}
     if vgpus:
         raise ValueError("case %s has more vgpu_devices than devices" % case["name"])
+    sysfs_root = write_sysfs(os.path.join(root, "sys"), functions, modules=("nvidia",) if devices else ())
     config = {"driver_version": case["driver_version"], "nvml_version": "12.%s" % case["driver_version"],
               "cuda_driver_version": case["cuda_driver_version"], "devices": devices}
+    if devices:  # NVML checks the loaded module at init, as the real one does
+        config["kernel_module"] = os.path.join(sysfs_root, "module", "nvidia")
     node = {
         "config": write_config(os.path.join(root, "fake-nvml.json"), config),
-        "sysfs_root": write_sysfs(os.path.join(root, "sys"), functions, modules=("nvidia",) if devices else ()),
+        "sysfs_root": sysfs_root,
         "proc_driver_root": write_mig_minors(os.path.join(root, "proc-driver")),
         "dmi_product_file": os.path.join(root, "product_name"),
     }

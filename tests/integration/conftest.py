@@ -16,6 +16,7 @@ from __future__ import absolute_import, division, print_function
 
 import os
 import shutil
+import subprocess
 import tempfile
 
 import pytest
@@ -263,3 +264,31 @@ def real_lab(lab_module, tmp_path_factory):
         problems = instance.down()
         if problems:
             raise AssertionError('real lab down left: %s' % '; '.join(problems))
+
+
+@pytest.fixture(scope='module')
+def node_files(containerd_binaries):
+    """Files the real configs reference and their nodes have (base runtime specs, Talos' imported
+    part); made for the test when missing and removed afterwards."""
+    ctr = os.path.join(os.path.dirname(containerd_binaries['1.6']), 'ctr')
+    spec = subprocess.run([ctr, 'oci', 'spec'], stdout=subprocess.PIPE, check=True,
+                          universal_newlines=True).stdout
+    wanted = {'/etc/containerd/cri-base.json': spec, '/etc/containerd/base-runtime-spec.json': spec,
+              '/etc/cri/conf.d/cri.toml': 'version = 3\n'}
+    created_files, created_dirs = [], []
+    for path, content in wanted.items():
+        if os.path.exists(path):
+            continue
+        missing = os.path.dirname(path)
+        while not os.path.exists(missing):
+            created_dirs.insert(0, missing)
+            missing = os.path.dirname(missing)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, 'w') as handle:
+            handle.write(content)
+        created_files.append(path)
+    yield
+    for path in created_files:
+        os.unlink(path)
+    for folder in reversed(created_dirs):
+        os.rmdir(folder)

@@ -9,7 +9,6 @@ import os
 import re
 import shutil
 import stat
-import subprocess
 import tomllib
 
 import pytest
@@ -202,34 +201,6 @@ def _default_in(doc):
         if "default_runtime_name" in plugins.get(name, {}).get("containerd", {}):
             return plugins[name]["containerd"]["default_runtime_name"]
     return None
-
-
-@pytest.fixture(scope="module")
-def node_files(containerd_binaries):
-    """Files the real configs reference and their nodes have (base runtime specs, Talos' imported
-    part); made for the test when missing and removed afterwards."""
-    ctr = os.path.join(os.path.dirname(containerd_binaries["1.6"]), "ctr")
-    spec = subprocess.run([ctr, "oci", "spec"], stdout=subprocess.PIPE, check=True,
-                          universal_newlines=True).stdout
-    wanted = {"/etc/containerd/cri-base.json": spec, "/etc/containerd/base-runtime-spec.json": spec,
-              "/etc/cri/conf.d/cri.toml": "version = 3\n"}
-    created_files, created_dirs = [], []
-    for path, content in wanted.items():
-        if os.path.exists(path):
-            continue
-        missing = os.path.dirname(path)
-        while not os.path.exists(missing):
-            created_dirs.insert(0, missing)
-            missing = os.path.dirname(missing)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as handle:
-            handle.write(content)
-        created_files.append(path)
-    yield
-    for path in created_files:
-        os.unlink(path)
-    for folder in reversed(created_dirs):
-        os.rmdir(folder)
 
 
 def _real_series(path):

@@ -434,9 +434,12 @@ FAULTS = [
                                   lambda s: s.sh('rmdir %s/module/nouveau' % FAKE_SYS)), 'module/nouveau'),
     ('nvidia_module_not_loaded', 'driver', _move(FAKE_SYS + '/module/nvidia'), 'module/nvidia is missing'),
     ('nvml_library_missing', 'nvml', _move(NVML), 'libnvidia-ml.so.1'),
+    # The loaded module is another version than the library (a driver upgrade without a reboot): NVML itself
+    # refuses to start with NVML_ERROR_LIB_RM_VERSION_MISMATCH, which nvidia-ml-py words as quoted
     ('driver_library_version_mismatch', 'nvml',
      (lambda s: s.sh('echo 535.216.01 > %s/module/nvidia/version' % FAKE_SYS),
-      lambda s: s.sh('rm %s/module/nvidia/version' % FAKE_SYS)), 'kernel module 535.216.01, NVML library 535.183.01'),
+      lambda s: s.sh('rm %s/module/nvidia/version' % FAKE_SYS)),
+     '(RM has detected an NVML/RM version mismatch.); reboot or reload the driver; loaded kernel module: 535.216.01'),
     ('device_nodes_missing', 'device_nodes', _device_node('/dev/nvidia2'), '/dev/nvidia2 does not exist'),
     ('nvidia_uvm_missing', 'device_nodes', _device_node('/dev/nvidia-uvm'), '/dev/nvidia-uvm does not exist'),
     ('runtime_binary_missing', 'toolkit', _move(RUNTIME), 'BinaryName = "/usr/bin/nvidia-container-runtime"'),

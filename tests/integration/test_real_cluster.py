@@ -256,6 +256,10 @@ def node_driver(real_lab, tmp_path_factory):
     node = real_lab.container(NODE)
     real_lab.podman('cp', node + ':/etc/nvidia-fake/gpus.json', str(workdir / 'gpus.json'))
     real_lab.podman('cp', node + ':/var/lib/nvidia-fake', str(workdir / 'nvidia-fake'))
+    # The loaded kernel module the fake NVML checks at init: the node's, copied with its sysfs
+    inventory = json.loads((workdir / 'gpus.json').read_text())
+    inventory['kernel_module'] = inventory['kernel_module'].replace(FAKE_SYSFS, str(workdir / 'nvidia-fake' / 'sys'))
+    (workdir / 'gpus.json').write_text(json.dumps(inventory))
     library_dir = workdir / 'lib'
     library_dir.mkdir()
     harness.build(str(library_dir))

@@ -136,3 +136,38 @@ def test_mig_profile_calls_of_go_nvlib(tmp_path):
     assert out["ci_profile_info_%d" % ci_three] == ["error", pynvml.NVML_ERROR_NOT_SUPPORTED]
     assert out["ci_info"] == [0, ci_one, 1]
     assert out["other_ci"] == ["error", pynvml.NVML_ERROR_NOT_FOUND]
+
+
+INIT_PROBE = r'''
+import json, pynvml
+try:
+    pynvml.nvmlInit()
+    print(json.dumps(["ok", pynvml.nvmlSystemGetDriverVersion()]))
+except pynvml.NVMLError as exc:
+    print(json.dumps(["error", exc.value, pynvml.nvmlErrorString(exc.value)]))
+'''
+
+
+def test_init_checks_the_loaded_kernel_module_as_real_nvml_does(tmp_path):
+    pynvml = require.module("pynvml")
+    harness.build(str(tmp_path))
+    module = tmp_path / "sys" / "module" / "nvidia"
+    config = harness.write_config(str(tmp_path / "gpus.json"), {
+        "driver_version": "535.183.01", "kernel_module": str(module), "devices": [_device(0, 0)]})
+    env = dict(os.environ, LD_LIBRARY_PATH=str(tmp_path), FAKE_NVML_CONFIG=config)
+
+    def init():
+        proc = subprocess.run([sys.executable, "-c", INIT_PROBE], env=env, capture_output=True, text=True,
+                              check=False)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+
+    # No module loaded: the code, and the library's string for it (what nvidia-smi and Go clients print)
+    assert init() == ["error", pynvml.NVML_ERROR_DRIVER_NOT_LOADED, "Driver Not Loaded"]
+    module.mkdir(parents=True)
+    assert init() == ["ok", "535.183.01"]  # a module that does not say its version
+    (module / "version").write_text("535.183.01\n")
+    assert init() == ["ok", "535.183.01"]
+    # Another module version than the library's, as after a driver upgrade without a reboot
+    (module / "version").write_text("535.216.01\n")
+    assert init() == ["error", pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH, "Driver/library version mismatch"]

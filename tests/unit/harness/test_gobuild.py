@@ -110,6 +110,12 @@ def test_kubernetes_programs_are_stamped_with_the_release():
     assert '-X k8s.io/client-go/pkg/version.gitMajor=1' in flags
 
 
+def test_toolkit_programs_are_stamped_as_its_makefile_does():
+    # Its Makefile writes the version without the "v": nvidia-ctk --version answers 1.20.2.
+    flags = gobuild.COMPONENTS['container-toolkit']['ldflags']('v1.20.2')
+    assert flags == ['-X github.com/NVIDIA/nvidia-container-toolkit/internal/info.version=1.20.2']
+
+
 @pytest.mark.parametrize('name', sorted(gobuild.COMPONENTS))
 def test_each_component_pins_its_module_and_names_programs(name):
     spec, _folder, gomod, version = gobuild.component(name)
@@ -136,6 +142,7 @@ def test_cached_binaries_are_named_by_program_and_version():
     version = gobuild.component('kubernetes').version
     assert gobuild.find_binary('kubelet').name == 'kubelet-' + version
     assert gobuild.find_binary('kubelet-device-manager').name.startswith('kubelet-device-manager-%s-' % version)
+    assert gobuild.find_binary('nvidia-ctk').name == 'nvidia-ctk-' + gobuild.component('container-toolkit').version
 
 
 def test_unknown_component_is_refused():

@@ -129,6 +129,10 @@ def _plugin_state(a, state, log=''):
     pod['log'] = log
 
 
+# What nvidia_gpu_facts reports when nvmlInit fails with NVML_ERROR_LIB_RM_VERSION_MISMATCH (18)
+MISMATCH = ('NVML library and kernel driver versions differ (RM has detected an NVML/RM version mismatch.); reboot '
+            'or reload the driver')
+
 FAULTS = {
     # cause: (change(host, api), link, words the evidence quotes)
     'node_not_inspected': (lambda h, a: h.clear(), 'driver', 'no node evidence'),
@@ -141,8 +145,10 @@ FAULTS = {
     'nvml_library_missing': (lambda h, a: h['gpu'].update(nvml_ok=False, count=0, error='NVML library not found '
                                                           '(libnvidia-ml.so.1 could not be loaded: x)'),
                              'nvml', 'libnvidia-ml.so.1'),
-    'driver_library_version_mismatch': (lambda h, a: h['gpu']['kernel_module'].update(version='535.216.01'), 'nvml',
-                                        'kernel module 535.216.01, NVML library 535.183.01'),
+    # As on a real node: NVML refuses to start (NVML_ERROR_LIB_RM_VERSION_MISMATCH) next to the other module
+    'driver_library_version_mismatch': (lambda h, a: (h['gpu']['kernel_module'].update(version='535.216.01'),
+                                                      h['gpu'].update(nvml_ok=False, count=0, error=MISMATCH)),
+                                        'nvml', MISMATCH + '; loaded kernel module: 535.216.01'),
     'nvml_init_failed': (lambda h, a: h['gpu'].update(nvml_ok=False, error='NVML initialization failed: Unknown Error'),
                          'nvml', 'Unknown Error'),
     'gpus_missing_from_nvml': (lambda h, a: h['gpu'].update(count=3), 'nvml', 'NVML counts 3 GPUs, PCI has 4'),
