@@ -56,7 +56,6 @@ DEFAULT_NODES = [name for name, spec in NODES.items() if spec.get("default", Tru
 # this seed replaces /etc/containerd/config.toml.
 CONTAINERD_2_BINARIES = ("containerd", "containerd-shim-runc-v2", "ctr")
 CONTAINERD_SEEDS = {"1.6": None, "2": os.path.join(LAB_DIR, "node", "containerd-seed-v3.toml")}
-NVIDIA_MAJOR, UVM_MAJOR = 195, 508  # nvidia-uvm's major is dynamic on a real node
 # Where a GPU node keeps its fake PCI sysfs and DMI product name (its own /sys is the host's); the inventory
 # tells the collection (gpuready_sysfs_root, gpuready_dmi_product_file)
 FAKE_SYSFS_ROOT = "/var/lib/nvidia-fake/sys"
@@ -230,10 +229,10 @@ class Lab:
         count = len(inventory["devices"])
         lines = ["# Written by lab/lab.py: the device nodes the NVIDIA driver (nvidia-modprobe/udev) would",
                  "# create. They only need to exist; nothing behind them answers.",
-                 "c! /dev/nvidiactl 0666 root root - %d:255" % NVIDIA_MAJOR,
-                 "c! /dev/nvidia-uvm 0666 root root - %d:0" % UVM_MAJOR,
-                 "c! /dev/nvidia-uvm-tools 0666 root root - %d:1" % UVM_MAJOR]
-        lines += ["c! /dev/nvidia%d 0666 root root - %d:%d" % (i, NVIDIA_MAJOR, i) for i in range(count)]
+                 "c! /dev/nvidiactl 0666 root root - %d:255" % harness.NVIDIA_MAJOR,
+                 "c! /dev/nvidia-uvm 0666 root root - %d:0" % harness.UVM_MAJOR,
+                 "c! /dev/nvidia-uvm-tools 0666 root root - %d:1" % harness.UVM_MAJOR]
+        lines += ["c! /dev/nvidia%d 0666 root root - %d:%d" % (i, harness.NVIDIA_MAJOR, i) for i in range(count)]
         with open(os.path.join(tree, "etc", "tmpfiles.d", "nvidia-fake-devices.conf"), "w") as handle:
             handle.write("\n".join(lines) + "\n")
         self._kubelet_files(name, tree, node_ip)

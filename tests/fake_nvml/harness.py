@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import struct
 import subprocess
 
@@ -25,6 +26,8 @@ PCI_STATUS_CAP_LIST = 0x10
 PCI_CAP_ID_PM = 0x01
 PCI_CAP_ID_VNDR = 0x09
 PCI_CAP_ID_EXP = 0x10
+NVIDIA_MAJOR, UVM_MAJOR = 195, 508  # nvidia-uvm's major is dynamic on a real node
+LIBRARY_DIR = "usr/lib/x86_64-linux-gnu"
 
 
 def build(directory):
@@ -36,6 +39,29 @@ def build(directory):
     subprocess.run([gcc, "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-Wl,-soname,libnvidia-ml.so.1",
                     "-o", target, SOURCE], check=True)
     return target
+
+
+def driver_install(root, library, config):
+    """What a driver install puts under root for the GPUs of config (the fake's JSON schema), for tools that
+    take a driver root and a device root: the NVML library under its versioned name
+    (usr/lib/x86_64-linux-gnu/libnvidia-ml.so.<driver_version>) with its libnvidia-ml.so.1 link, and the
+    character devices nvidia<minor> of each GPU, nvidiactl, nvidia-uvm and nvidia-uvm-tools (mknod: root
+    only). Returns the library folder."""
+    library_dir = os.path.join(root, LIBRARY_DIR)
+    os.makedirs(library_dir)
+    versioned = "libnvidia-ml.so." + config["driver_version"]
+    shutil.copyfile(library, os.path.join(library_dir, versioned))
+    os.symlink(versioned, os.path.join(library_dir, "libnvidia-ml.so.1"))
+    devices = {"nvidiactl": (NVIDIA_MAJOR, 255), "nvidia-uvm": (UVM_MAJOR, 0), "nvidia-uvm-tools": (UVM_MAJOR, 1)}
+    for index, device in enumerate(config["devices"]):
+        minor = device.get("minor_number", index)
+        devices["nvidia%d" % minor] = (NVIDIA_MAJOR, minor)
+    os.makedirs(os.path.join(root, "dev"))
+    for name, (major, minor) in devices.items():
+        path = os.path.join(root, "dev", name)
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(major, minor))
+        os.chmod(path, 0o666)  # past the umask, as the driver's own nodes are
+    return library_dir
 
 
 def write_config(path, config):

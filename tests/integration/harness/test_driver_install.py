@@ -1,0 +1,75 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpuready.nvidia contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The fake driver is a driver install as the NVIDIA Container Toolkit sees one: for each GFD case's node
+without MIG enabled, the real `nvidia-ctk cdi generate` (lab/go, at the lab's pin) reads the fake NVML and
+the files `harness.driver_install` writes, and its CDI spec names every GPU by index and UUID, with that GPU's
+device node, and mounts the versioned NVML library. This is what the real nvidia-container-runtime's CDI
+mode will need on the lab's nodes; the expected values are the case's own."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import subprocess
+
+import pytest
+import yaml
+
+import gfd_cases as cases
+import lab_scripts
+from fake_nvml import harness
+
+gobuild = lab_scripts.script('lab/go/gobuild.py', 'gpuready_gobuild')
+# MIG-enabled GPUs need the driver's nvidia-caps devices and /proc/driver/nvidia-caps, not installed here.
+CASES = [(source, case) for source, case in cases.all_cases()
+         if case['devices'] and not any(d['mig_enabled'] for d in case['devices'])]
+# go-nvlib, which the toolkit enumerates GPUs with, leaves out DGX Station display boards (the cases say so)
+DISPLAY_BOARDS = ('DGX Display', 'NVIDIA DGX Display')
+
+
+@pytest.fixture(scope='module')
+def library(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.fail('the device nodes of a driver install need root (mknod)')
+    folder = str(tmp_path_factory.mktemp('fake-nvml'))
+    return harness.build(folder)
+
+
+@pytest.mark.parametrize('index', range(len(CASES)), ids=[cases.case_id(c) for c in CASES])
+def test_nvidia_ctk_cdi_generate_names_every_gpu_of_the_node(library, tmp_path, index):
+    case = CASES[index][1]
+    node = harness.node_from_case(case, str(tmp_path / 'node'))
+    with open(node['config']) as handle:
+        config = json.load(handle)
+    root = str(tmp_path / 'root')
+    library_dir = harness.driver_install(root, library, config)
+    spec_path = str(tmp_path / 'nvidia.yaml')
+    proc = subprocess.run(
+        [str(gobuild.find_binary('nvidia-ctk')), 'cdi', 'generate', '--driver-root=' + root, '--dev-root=' + root,
+         '--nvidia-cdi-hook-path=/usr/bin/nvidia-cdi-hook', '--output=' + spec_path],
+        env=dict(os.environ, LD_LIBRARY_PATH=library_dir, FAKE_NVML_CONFIG=node['config']),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    with open(spec_path) as handle:
+        spec = yaml.safe_load(handle)
+
+    assert spec['kind'] == 'nvidia.com/gpu'
+    devices = dict((d['name'], d['containerEdits']) for d in spec['devices'])
+    gpus = [gpu for gpu in config['devices'] if gpu['name'] not in DISPLAY_BOARDS]
+    assert case['expected_labels'].get('nvidia.com/gpu.count', str(len(gpus))) == str(len(gpus))
+    assert sorted(devices) == sorted([str(i) for i in range(len(gpus))] + [g['uuid'] for g in gpus] + ['all'])
+    for position, gpu in enumerate(gpus):
+        node_path = '/dev/nvidia%d' % gpu['minor_number']
+        for name in (str(position), gpu['uuid']):
+            assert [(n['path'], n['hostPath']) for n in devices[name]['deviceNodes']] == [
+                (node_path, root + node_path)], name
+    assert sorted(n['path'] for n in devices['all']['deviceNodes']) == sorted(
+        '/dev/nvidia%d' % g['minor_number'] for g in gpus)
+    common = spec['containerEdits']
+    assert {'/dev/nvidiactl', '/dev/nvidia-uvm', '/dev/nvidia-uvm-tools'} <= set(
+        n['path'] for n in common['deviceNodes'])
+    versioned = '/%s/libnvidia-ml.so.%s' % (harness.LIBRARY_DIR, case['driver_version'])
+    assert (versioned, root + versioned) in [(m['containerPath'], m['hostPath']) for m in common['mounts']]
