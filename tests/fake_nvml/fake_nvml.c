@@ -664,6 +664,16 @@ nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNu
     return NVML_SUCCESS;
 }
 
+/* A GPU's position in NVML's enumeration (the index nvmlDeviceGetHandleByIndex takes); MIG handles have none. */
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
+{
+    CHECK_DEVICE(device, "nvmlDeviceGetIndex");
+    if (device->parent) return NVML_ERROR_NOT_SUPPORTED;
+    if (!index) return NVML_ERROR_INVALID_ARGUMENT;
+    *index = (unsigned int)(device - devices);
+    return NVML_SUCCESS;
+}
+
 nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
 {
     unsigned int domain = 0, bus = 0, dev = 0, fn = 0;

@@ -4,8 +4,9 @@
 """The fake driver is a driver install as the NVIDIA Container Toolkit sees one: for each GFD case's node
 without MIG enabled, the real `nvidia-ctk cdi generate` (lab/go, at the lab's pin) reads the fake NVML and
 the files `harness.driver_install` writes, and its CDI spec names every GPU by index and UUID, with that GPU's
-device node, and mounts the versioned NVML library. This is what the real nvidia-container-runtime's CDI
-mode will need on the lab's nodes; the expected values are the case's own."""
+device node, and mounts the versioned NVML library; and the real nvidia-container-runtime, in its default
+mode, gives a container the GPUs its NVIDIA_VISIBLE_DEVICES names from the same files. This is what the
+real runtime will need on the lab's nodes; the expected values are the case's own."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -73,3 +74,54 @@ def test_nvidia_ctk_cdi_generate_names_every_gpu_of_the_node(library, tmp_path, 
         n['path'] for n in common['deviceNodes'])
     versioned = '/%s/libnvidia-ml.so.%s' % (harness.LIBRARY_DIR, case['driver_version'])
     assert (versioned, root + versioned) in [(m['containerPath'], m['hostPath']) for m in common['mounts']]
+
+
+# containerd's part: the OCI spec of a container to create, with the image's environment
+SPEC = {'ociVersion': '1.0.2', 'root': {'path': 'rootfs'}, 'mounts': [],
+        'process': {'args': ['sh'], 'cwd': '/', 'env': ['PATH=/usr/bin']}, 'linux': {'namespaces': [{'type': 'mount'}]}}
+# Stands for runc, the low-level runtime the real runtime hands the edited bundle to: it records its arguments.
+LOW_LEVEL = '#!/bin/sh\necho "$@" >> "$(dirname "$0")/low-level.log"\n'
+
+
+@pytest.mark.parametrize('visible, gpus', [('1', [1]), ('all', [0, 1, 2, 3]), ('GPU-UUID-OF-3', [3]), (None, [])])
+def test_real_runtime_gives_a_container_the_gpus_it_names(library, tmp_path, visible, gpus):
+    """The real nvidia-container-runtime in its default mode (v1.20: `auto`, which is just-in-time CDI on a
+    machine with NVML) edits a container's OCI spec from the fake driver: the device node of each GPU that
+    NVIDIA_VISIBLE_DEVICES names and the control devices, the versioned NVML library; nothing without it."""
+    case = next(c for _s, c in cases.all_cases() if c['name'] == 'seed-4x-tesla-p4-driver-535')
+    node = harness.node_from_case(case, str(tmp_path / 'node'))
+    with open(node['config']) as handle:
+        config = json.load(handle)
+    root = str(tmp_path / 'root')
+    library_dir = harness.driver_install(root, library, config)
+    low_level = tmp_path / 'runc'
+    low_level.write_text(LOW_LEVEL)
+    low_level.chmod(0o755)
+    (tmp_path / 'xdg' / 'nvidia-container-runtime').mkdir(parents=True)
+    (tmp_path / 'xdg' / 'nvidia-container-runtime' / 'config.toml').write_text(
+        '[nvidia-container-cli]\nroot = "%s"\n\n[nvidia-container-runtime]\nruntimes = ["%s"]\n' % (root, low_level))
+    bundle = tmp_path / 'bundle'
+    (bundle / 'rootfs').mkdir(parents=True)
+    spec = json.loads(json.dumps(SPEC))
+    if visible:
+        uuid = config['devices'][3]['uuid']
+        spec['process']['env'].append('NVIDIA_VISIBLE_DEVICES=' + visible.replace('GPU-UUID-OF-3', uuid))
+    (bundle / 'config.json').write_text(json.dumps(spec))
+
+    proc = subprocess.run(
+        [str(gobuild.find_binary('nvidia-container-runtime')), 'create', '--bundle', str(bundle), 'ctr-1'],
+        env=dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / 'xdg'), LD_LIBRARY_PATH=library_dir,
+                 FAKE_NVML_CONFIG=node['config']),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert (tmp_path / 'low-level.log').read_text() == 'create --bundle %s ctr-1\n' % bundle
+    edited = json.loads((bundle / 'config.json').read_text())
+    devices = sorted(d['path'] for d in edited['linux'].get('devices') or [])
+    mounts = [m['destination'] for m in edited.get('mounts') or []]
+    if not gpus:
+        assert (devices, mounts) == ([], [])
+        return
+    minors = [config['devices'][i]['minor_number'] for i in gpus]
+    assert devices == sorted(['/dev/nvidia%d' % m for m in minors] + ['/dev/nvidiactl', '/dev/nvidia-uvm',
+                                                                      '/dev/nvidia-uvm-tools'])
+    assert '/%s/libnvidia-ml.so.%s' % (harness.LIBRARY_DIR, case['driver_version']) in mounts

@@ -33,6 +33,7 @@ pynvml.nvmlShutdown()
 out["count_after_one_of_two_shutdowns"] = code(pynvml.nvmlDeviceGetCount)
 first, second, third = (pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(3))
 out["by_uuid"] = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByUUID(b"GPU-2"))
+out["index_of_third"] = pynvml.nvmlDeviceGetIndex(third)
 out["unknown_uuid"] = code(pynvml.nvmlDeviceGetHandleByUUID, b"GPU-404")
 out["same_numa"] = code(pynvml.nvmlDeviceGetTopologyCommonAncestor, first, second)
 out["other_numa"] = code(pynvml.nvmlDeviceGetTopologyCommonAncestor, first, third)
@@ -68,6 +69,7 @@ def test_calls_of_the_real_plugin_and_gfd(tmp_path):
     assert out["count_after_one_of_two_shutdowns"] == ["ok", 3]
     assert out["count_after_last_shutdown"] == ["error", pynvml.NVML_ERROR_UNINITIALIZED]
     assert out["by_uuid"] == "Tesla P4"
+    assert out["index_of_third"] == 2
     assert out["unknown_uuid"] == ["error", pynvml.NVML_ERROR_NOT_FOUND]
     assert out["same_numa"] == ["ok", pynvml.NVML_TOPOLOGY_NODE]
     assert out["other_numa"] == ["ok", pynvml.NVML_TOPOLOGY_SYSTEM]
