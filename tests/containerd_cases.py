@@ -44,6 +44,45 @@ def input_text(case, config_dir=CASE_CONFIG_DIR):
                    for line in case["input_toml"].splitlines(True))
 
 
+def read_text(path):
+    """The file's text, None when it does not exist."""
+    if not os.path.exists(path):
+        return None
+    with open(path) as handle:
+        return handle.read()
+
+
+def lay_out(folder, case):
+    """The case's files in a new folder: config.toml (unless the case has none, with the case's mode) and
+    kubelet.yaml (when the case names a cgroup driver). Returns the config's path."""
+    os.makedirs(folder)
+    config = os.path.join(folder, "config.toml")
+    text = input_text(case, folder)
+    if text is not None:
+        with open(config, "w") as handle:
+            handle.write(text)
+        if case.get("input_file_mode"):
+            os.chmod(config, int(case["input_file_mode"], 8))
+    kubelet = kubelet_config_text(case)
+    if kubelet:
+        with open(os.path.join(folder, "kubelet.yaml"), "w") as handle:
+            handle.write(kubelet)
+    return config
+
+
+def series(case):
+    """The containerd series that load a case's result: 2.x for a containerd 2 case, else 1.6 and 1.7."""
+    return ["2"] if case.get("containerd_major") == 2 else ["1.6", "1.7"]
+
+
+def real_config_series(path):
+    """The containerd series a real config is written for: 2.x for version 3 or its tables, else 1.6 and 1.7."""
+    doc = tomllib.loads(read_text(path))
+    if doc.get("version", 1) >= 3 or "io.containerd.cri.v1.runtime" in doc.get("plugins", {}):
+        return ["2"]
+    return ["1.6", "1.7"]
+
+
 def drop_in_path(case, config_dir):
     """The case's drop-in path, with /etc/containerd standing for the config's folder."""
     path = case["options"].get("drop_in_path")

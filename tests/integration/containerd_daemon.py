@@ -45,6 +45,7 @@ import signal
 import stat
 import subprocess
 import time
+import tomllib
 
 from ansible_collections.gpuready.nvidia.plugins.module_utils import cri
 
@@ -96,6 +97,20 @@ def config_dump(binary, config_path):
     """``containerd --config FILE config dump`` → CompletedProcess (rc 0 does NOT mean CRI loads)."""
     return subprocess.run([binary, '--config', config_path, 'config', 'dump'], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, universal_newlines=True, timeout=60, check=False)
+
+
+# The plugin table that holds the loaded CRI runtime settings in each series' `config dump` (any config version).
+CRI_RUNTIME_TABLE = {'1.6': 'io.containerd.grpc.v1.cri', '1.7': 'io.containerd.grpc.v1.cri',
+                     '2': 'io.containerd.cri.v1.runtime'}
+
+
+def loaded_cri_runtime(binary, config_path, series):
+    """(the CRI runtime settings containerd of series loads from config_path, None), or (None, the last line
+    containerd printed) when it refuses the file."""
+    proc = config_dump(binary, config_path)
+    if proc.returncode != 0:
+        return None, (proc.stderr.strip().splitlines() or ['?'])[-1]
+    return tomllib.loads(proc.stdout).get('plugins', {}).get(CRI_RUNTIME_TABLE[series], {}), None
 
 
 def parse_plugins(text):

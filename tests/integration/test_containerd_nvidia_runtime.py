@@ -28,29 +28,6 @@ def _sha(path):
         return hashlib.sha256(handle.read()).hexdigest()
 
 
-def _read(path):
-    if not os.path.exists(path):
-        return None
-    with open(path) as handle:
-        return handle.read()
-
-
-def _lay_out(folder, case):
-    os.makedirs(folder)
-    config = os.path.join(folder, "config.toml")
-    text = cases.input_text(case, folder)
-    if text is not None:
-        with open(config, "w") as handle:
-            handle.write(text)
-        if case.get("input_file_mode"):
-            os.chmod(config, int(case["input_file_mode"], 8))
-    kubelet = cases.kubelet_config_text(case)
-    if kubelet:
-        with open(os.path.join(folder, "kubelet.yaml"), "w") as handle:
-            handle.write(kubelet)
-    return config
-
-
 @pytest.fixture(scope="module")
 def case_runs(tmp_path_factory, containerd_binaries):
     """Every case three times through the plugin in one ansible-playbook run: first run, second run,
@@ -60,7 +37,7 @@ def case_runs(tmp_path_factory, containerd_binaries):
     for index, (source, case) in enumerate(CASES):
         for kind in ("run", "check"):
             folder = os.path.join(root, "%d-%s" % (index, kind))
-            _lay_out(folder, case)
+            cases.lay_out(folder, case)
             args = cases.module_args(case, folder)
             args["kubelet_config"] = os.path.join(folder, "kubelet.yaml")
             args["containerd_binary"] = containerd_binaries["2" if case.get("containerd_major") == 2 else "1.6"]
@@ -99,7 +76,7 @@ def test_case_through_the_plugin(case_runs, index):
 
     assert not first.get("failed"), first.get("msg", first)
     assert first["changed"] == case["expect_changed"]
-    assert cases.expectation_failures(case, _read(config), _read(drop_in) if drop_in else None, folder) == []
+    assert cases.expectation_failures(case, cases.read_text(config), cases.read_text(drop_in) if drop_in else None, folder) == []
     assert first["restart_required"] == first["changed"]
     if case.get("expect_file_mode"):
         assert "%04o" % stat.S_IMODE(os.stat(config).st_mode) == case["expect_file_mode"]
@@ -116,7 +93,7 @@ def test_case_through_the_plugin(case_runs, index):
                  for d in check["diff"]}
     assert predicted == written
     for path, text in written.items():
-        assert text == _read(path)
+        assert text == cases.read_text(path)
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +107,7 @@ def real_config_runs(tmp_path_factory, containerd_binaries):
         config = os.path.join(folder, "config.toml")
         shutil.copy(source, config)
         args = {"path": config, "set_as_default": True, "kubelet_config": os.path.join(folder, "none.yaml"),
-                "containerd_binary": containerd_binaries[_real_series(source)[0]], "backup": True}
+                "containerd_binary": containerd_binaries[cases.real_config_series(source)[0]], "backup": True}
         tasks += [{"name": "%s present" % os.path.basename(source), MODULE: args, "register": "p%d" % index,
                    "ignore_errors": True},
                   {"name": "%s again" % os.path.basename(source), MODULE: args, "register": "a%d" % index,
@@ -151,22 +128,18 @@ def test_real_config_through_the_plugin(real_config_runs, index):
     assert not present.get("failed"), present.get("msg")
     assert present["changed"] and present["default_runtime_name"] == "nvidia"
     config = os.path.join(root, str(index), "config.toml")
-    assert present["backups"][config] and _read(present["backups"][config]) == _read(REAL[index])
+    assert present["backups"][config] and cases.read_text(present["backups"][config]) == cases.read_text(REAL[index])
     assert not again.get("failed") and again["changed"] is False
     assert not absent.get("failed"), absent.get("msg")
-    original = _read(REAL[index])
+    original = cases.read_text(REAL[index])
     if "runtimes.nvidia]" not in original and "runtimes.'nvidia']" not in original:
-        assert _read(config) == original  # present then absent: the original bytes
+        assert cases.read_text(config) == original  # present then absent: the original bytes
     else:  # a runtime declared before us comes back with its values
-        assert tomllib.loads(_read(config)) == tomllib.loads(original)
-
-
-def _series_for(case):
-    return ["2"] if case.get("containerd_major") == 2 else ["1.6", "1.7"]
+        assert tomllib.loads(cases.read_text(config)) == tomllib.loads(original)
 
 
 LOADED_CASES = [(i, series) for i, (_s, case) in enumerate(CASES) if not case.get("expect_error")
-                for series in _series_for(case)]
+                for series in cases.series(case)]
 
 
 @pytest.mark.parametrize("index, series", LOADED_CASES,
@@ -180,7 +153,7 @@ def test_case_result_loads_in_real_containerd(case_runs, containerd_daemon, inde
     daemon = containerd_daemon(series, config_path=config)
     status = daemon.cri_status()
     assert status["runtime_ready"], status["conditions"]
-    effective = tomllib.loads(_read(drop_in) if drop_in else _read(config))
+    effective = tomllib.loads(cases.read_text(drop_in) if drop_in else cases.read_text(config))
     default = _default_in(effective) or "runc"
     assert status["default_runtime_name"] == default
     name = case["options"]["runtime_name"]
@@ -203,14 +176,7 @@ def _default_in(doc):
     return None
 
 
-def _real_series(path):
-    doc = tomllib.loads(_read(path))
-    if doc.get("version", 1) >= 3 or "io.containerd.cri.v1.runtime" in doc.get("plugins", {}):
-        return ["2"]
-    return ["1.6", "1.7"]
-
-
-LOADED_REAL = [(i, series) for i, path in enumerate(REAL) for series in _real_series(path)]
+LOADED_REAL = [(i, series) for i, path in enumerate(REAL) for series in cases.real_config_series(path)]
 
 
 @pytest.mark.parametrize("index, series", LOADED_REAL,
@@ -220,7 +186,7 @@ def test_real_config_result_loads_in_real_containerd(real_config_runs, node_file
     root, _results = real_config_runs
     result = os.path.join(root, str(index), "config.toml.result")
     daemon = containerd_daemon(series, config_path=result)
-    if "disabled_plugins = [\"cri\"]" in _read(result):
+    if "disabled_plugins = [\"cri\"]" in cases.read_text(result):
         # Docker's containerd.io switches CRI off; the module warned, containerd serves no CRI.
         assert daemon.plugin_status("io.containerd.grpc.v1", "cri") is None
         return

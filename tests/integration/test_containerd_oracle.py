@@ -20,13 +20,10 @@ import pytest
 import containerd_cases as cases
 import lab_scripts
 from playbook import run_tasks
-from ansible_collections.gpuready.nvidia.tests.integration.containerd_daemon import config_dump
+from ansible_collections.gpuready.nvidia.tests.integration.containerd_daemon import loaded_cri_runtime
 
 MODULE = "gpuready.nvidia.containerd_nvidia_runtime"
 gobuild = lab_scripts.script("lab/go/gobuild.py", "gpuready_gobuild")
-
-# The CRI table containerd of each series keeps its runtimes in, after migrating any config version.
-CRI_TABLE = {"1.6": "io.containerd.grpc.v1.cri", "1.7": "io.containerd.grpc.v1.cri", "2": "io.containerd.cri.v1.runtime"}
 
 CASES = cases.all_cases()
 REAL = cases.real_configs()
@@ -96,46 +93,31 @@ REAL_OPTIONS = {"runtime_name": "nvidia", "binary_path": "/usr/bin/nvidia-contai
                 "enable_cdi": False}
 
 
-def _series(entry):
-    return ["2"] if entry["containerd_major"] == 2 else ["1.6", "1.7"]
-
-
 def _entries():
-    """One comparison per case and per real config: what goes to both tools."""
+    """One comparison per case and per real config: what goes to both tools, and the containerd series
+    that load the results."""
     entries = []
     for source, case in CASES:
         entries.append({"id": cases.case_id((source, case)), "case": case, "options": case["options"],
-                        "containerd_major": case.get("containerd_major"),
+                        "series": cases.series(case),
                         "listed": CASE_DEVIATIONS.get(cases.case_id((source, case)), set()),
                         "deviations": {case["deviation"]} if case.get("deviation") else set()})
     for path in REAL:
-        doc = tomllib.loads(_read(path))
-        major = 2 if doc.get("version", 1) >= 3 or "io.containerd.cri.v1.runtime" in doc.get("plugins", {}) else 1
         entries.append({"id": "real:" + os.path.basename(path), "real": path, "options": REAL_OPTIONS,
-                        "containerd_major": major,
+                        "series": cases.real_config_series(path),
                         "listed": REAL_DEVIATIONS.get(os.path.basename(path), set()), "deviations": set()})
     return entries
 
 
 def _lay_out(folder, entry):
-    os.makedirs(folder)
-    config = os.path.join(folder, "config.toml")
     if "real" in entry:
-        shutil.copy(entry["real"], config)
-        return config
-    text = cases.input_text(entry["case"], folder)
-    if text is not None:
-        with open(config, "w") as handle:
-            handle.write(text)
-    kubelet = cases.kubelet_config_text(entry["case"])
-    if kubelet:
-        with open(os.path.join(folder, "kubelet.yaml"), "w") as handle:
-            handle.write(kubelet)
-    return config
+        os.makedirs(folder)
+        return shutil.copy(entry["real"], os.path.join(folder, "config.toml"))
+    return cases.lay_out(folder, entry["case"])
 
 
 def _module_args(entry, folder, containerd_binaries):
-    binary = containerd_binaries["2" if entry["containerd_major"] == 2 else "1.7"]
+    binary = containerd_binaries[entry["series"][-1]]
     if "real" in entry:
         return {"path": os.path.join(folder, "config.toml"), "set_as_default": True, "containerd_binary": binary,
                 "kubelet_config": os.path.join(folder, "none.yaml")}
@@ -143,19 +125,11 @@ def _module_args(entry, folder, containerd_binaries):
                 kubelet_config=os.path.join(folder, "kubelet.yaml"))
 
 
-def _read(path):
-    if not os.path.exists(path):
-        return None
-    with open(path) as handle:
-        return handle.read()
-
-
 def _loaded(binary, config, series, name):
     """What containerd loads from a config for runtime `name`: a dict, or a sentence when it refuses."""
-    proc = config_dump(binary, config)
-    if proc.returncode != 0:
-        return "containerd refuses the file: " + (proc.stderr.strip().splitlines() or ["?"])[-1]
-    table = tomllib.loads(proc.stdout).get("plugins", {}).get(CRI_TABLE[series], {})
+    table, refusal = loaded_cri_runtime(binary, config, series)
+    if refusal:
+        return "containerd refuses the file: " + refusal
     runtimes = table.get("containerd", {}).get("runtimes", {})
     legacy = table.get("containerd", {}).get("default_runtime") or {}
     # containerd 1.x runs the deprecated default_runtime table whenever it names a runtime type.
@@ -198,7 +172,7 @@ def oracle_runs(tmp_path_factory, containerd_binaries, node_files):
         if entry["options"].get("state", "present") == "absent":
             continue  # nvidia-ctk has no unconfigure command
         drop_in = cases.drop_in_path(entry["case"], os.path.dirname(theirs)) if "case" in entry else None
-        proc = subprocess.run(_ctk_command(theirs, entry["options"], drop_in, _input_version(_read(theirs))),
+        proc = subprocess.run(_ctk_command(theirs, entry["options"], drop_in, _input_version(cases.read_text(theirs))),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
                               timeout=60, check=False)
         tool[index] = proc
@@ -212,7 +186,7 @@ def oracle_runs(tmp_path_factory, containerd_binaries, node_files):
             continue
         name = entry["options"]["runtime_name"]
         result = results["r%d" % index]
-        for series in _series(entry):
+        for series in entry["series"]:
             binary = containerd_binaries[series]
             ours = ("refused: " + result["msg"].splitlines()[0]) if result.get("failed") else _loaded(
                 binary, os.path.join(root, "%d-module" % index, "config.toml"), series, name)
@@ -293,4 +267,4 @@ def test_tally_printed_and_in_the_readme(oracle_runs, capsys):
                  ", ".join("%s %d" % (labels.get(name, name), shown[name]) for name in DEVIATIONS if name in shown),
                  kinds.get("no counterpart", 0)))
     readme = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
-    assert claim in " ".join(_read(readme).split()), claim
+    assert claim in " ".join(cases.read_text(readme).split()), claim

@@ -10,17 +10,13 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import tomllib
-
 import pytest
 
 from ansible_collections.gpuready.nvidia.plugins.module_utils import containerd_config as engine
 from ansible_collections.gpuready.nvidia.plugins.module_utils.containerd_checks import dump_problem
-from ansible_collections.gpuready.nvidia.tests.integration.containerd_daemon import config_dump
+from ansible_collections.gpuready.nvidia.tests.integration.containerd_daemon import config_dump, loaded_cri_runtime
 
 TABLES = ("cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime")
-# The plugin table that holds the loaded CRI runtime settings in each series' `config dump`.
-LOADED_IN = {"1.6": "io.containerd.grpc.v1.cri", "1.7": "io.containerd.grpc.v1.cri", "2": "io.containerd.cri.v1.runtime"}
 
 
 def _series(version, table):
@@ -44,10 +40,8 @@ def _file(version, table):
 
 def _loaded(binary, path, series):
     """The CRI runtime settings containerd loads from path, or None when it refuses the file."""
-    proc = config_dump(binary, path)
-    if proc.returncode != 0:
-        return None
-    return tomllib.loads(proc.stdout)["plugins"][LOADED_IN[series]]["containerd"]
+    table, _refusal = loaded_cri_runtime(binary, path, series)
+    return None if table is None else table["containerd"]
 
 
 @pytest.mark.parametrize("version, table, series", CASES,

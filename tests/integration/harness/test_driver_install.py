@@ -39,14 +39,19 @@ def library(tmp_path_factory):
     return harness.build(folder)
 
 
-@pytest.mark.parametrize('index', range(len(CASES)), ids=[cases.case_id(c) for c in CASES])
-def test_nvidia_ctk_cdi_generate_names_every_gpu_of_the_node(library, tmp_path, index):
-    case = CASES[index][1]
+def _installed_node(case, library, tmp_path):
+    """The case's fake node and a driver install for its GPUs: (node, its NVML config, root, library folder)."""
     node = harness.node_from_case(case, str(tmp_path / 'node'))
     with open(node['config']) as handle:
         config = json.load(handle)
     root = str(tmp_path / 'root')
-    library_dir = harness.driver_install(root, library, config)
+    return node, config, root, harness.driver_install(root, library, config)
+
+
+@pytest.mark.parametrize('index', range(len(CASES)), ids=[cases.case_id(c) for c in CASES])
+def test_nvidia_ctk_cdi_generate_names_every_gpu_of_the_node(library, tmp_path, index):
+    case = CASES[index][1]
+    node, config, root, library_dir = _installed_node(case, library, tmp_path)
     spec_path = str(tmp_path / 'nvidia.yaml')
     proc = subprocess.run(
         [str(gobuild.find_binary('nvidia-ctk')), 'cdi', 'generate', '--driver-root=' + root, '--dev-root=' + root,
@@ -89,11 +94,7 @@ def test_real_runtime_gives_a_container_the_gpus_it_names(library, tmp_path, vis
     machine with NVML) edits a container's OCI spec from the fake driver: the device node of each GPU that
     NVIDIA_VISIBLE_DEVICES names and the control devices, the versioned NVML library; nothing without it."""
     case = next(c for _s, c in cases.all_cases() if c['name'] == 'seed-4x-tesla-p4-driver-535')
-    node = harness.node_from_case(case, str(tmp_path / 'node'))
-    with open(node['config']) as handle:
-        config = json.load(handle)
-    root = str(tmp_path / 'root')
-    library_dir = harness.driver_install(root, library, config)
+    node, config, root, library_dir = _installed_node(case, library, tmp_path)
     low_level = tmp_path / 'runc'
     low_level.write_text(LOW_LEVEL)
     low_level.chmod(0o755)
