@@ -2,11 +2,12 @@
 # Builds what the lab needs, each piece cached under .cache/lab/ and rebuilt only when missing:
 #   * the node image localhost/gpuready-lab-node:bookworm (debootstrap rootfs tarball,
 #     `podman import`ed only when the image is missing or was built from another tarball),
-#   * the GPU node image localhost/gpuready-lab-gpunode:bookworm: the node image plus what a
-#     driver and toolkit install would place (fake libnvidia-ml.so.1, nvidia-smi stand-in,
-#     nvidia-container-runtime stand-in), the seed's containerd config, the kubelet's config and
-#     unit (the binary is bind-mounted by lab/lab.py) and the user `ops` (passwordless sudo); one
-#     `podman commit` layer, rebuilt when its inputs change,
+#   * the GPU node image localhost/gpuready-lab-gpunode:bookworm: the node image plus the NVIDIA
+#     Container Toolkit's packages at lab/go's pin (tests/apt_repo.py builds them from the real
+#     binaries; dpkg installs them, their postinst writes the runtime's default config), the driver's
+#     nvidia-smi stand-in (the fake NVML library differs per node: lab/lab.py installs it), the seed's
+#     containerd config, the kubelet's config and unit (the binary is bind-mounted by lab/lab.py) and
+#     the user `ops` (passwordless sudo); one `podman commit` layer, rebuilt when its inputs change,
 #   * artifacts/ (mounted read-only at /opt/lab in a node): OCI archives of a pause image,
 #     a busybox workload image (with the NVML probe; also named as a CUDA base image), the real
 #     device plugin image and the real NFD image (from the binaries make go-build made), a
@@ -21,7 +22,7 @@ NODE_PACKAGES="systemd,systemd-sysv,dbus,containerd,runc,python3,iproute2,sudo,c
 # Bump to force a new rootfs when the customisation below changes.
 NODE_RECIPE=2
 # Bump to force a new GPU layer when gpu_node_image changes.
-GPU_RECIPE=1
+GPU_RECIPE=2
 PAUSE_REF="localhost/gpuready-lab/pause:1"
 WORKLOAD_REF="localhost/gpuready-lab/workload:1"
 # Names pods use; the lab has no registry, so these name images imported into every node.
@@ -190,16 +191,17 @@ cri_client() {
 }
 
 # ---------------------------------------------------------------- GPU node image
-# What a driver + container toolkit install would place on a GPU node, as one layer over the
-# node image. The GPU inventory, the fake sysfs and the device nodes differ per node: lab/lab.py
-# copies them in before the node starts.
+# What a container toolkit install and the driver's tools would place on a GPU node, as one layer over
+# the node image. The driver's library (the fake NVML with the node's inventory built in), the inventory,
+# the fake sysfs and the device nodes differ per node: lab/lab.py copies them in before the node starts.
 gpu_node_image() {
     local layer="$LAB_CACHE/trees/gpu-layer" key have t0 build=gpuready-lab-build
-    local fake_nvml="$LAB_ROOT/tests/fake_nvml/fake_nvml.c"
-    local base_key
+    local base_key toolkit repo="$LAB_CACHE/trees/apt-repo"
     base_key="$(podman image inspect --format '{{ index .Config.Labels "gpuready.lab.rootfs" }}' "$LAB_NODE_IMAGE")"
-    key="$(cat "$fake_nvml" "$LAB_DIR/src/nvidia-smi.c" "$LAB_DIR/src/nvml_dl.h" "$LAB_DIR/node/"* \
-        <(printf '%s %s\n' "$base_key" "$GPU_RECIPE") | sha256sum | cut -c1-12)"
+    toolkit="$("$LAB_PYTHON" "$LAB_DIR/go/gobuild.py" version container-toolkit)" ||
+        lab_die "lab/go/gobuild.py version container-toolkit failed"
+    key="$(cat "$LAB_DIR/src/nvidia-smi.c" "$LAB_DIR/src/nvml_dl.h" "$LAB_DIR/node/"* "$LAB_ROOT/tests/apt_repo.py" \
+        <(printf '%s %s %s\n' "$base_key" "$GPU_RECIPE" "$toolkit") | sha256sum | cut -c1-12)"
     have="$(podman image inspect --format '{{ index .Config.Labels "gpuready.lab.gpulayer" }}' "$LAB_GPU_IMAGE" 2>/dev/null || true)"
     if [ "$have" = "$key" ]; then
         lab_log "GPU node image: $LAB_GPU_IMAGE present (layer $key)"
@@ -207,13 +209,13 @@ gpu_node_image() {
     fi
     t0="$(lab_now)"
     rm -rf "$layer"
-    mkdir -p "$layer/usr/lib/x86_64-linux-gnu" "$layer/usr/bin" "$layer/etc/containerd" "$layer/etc/sudoers.d" \
-        "$layer/var/lib/kubelet" "$layer/etc/nvidia-fake" "$layer/var/lib/nvidia-fake"
-    gcc -shared -fPIC -O2 -Wall -Wextra -Werror '-DFAKE_NVML_DEFAULT_CONFIG="/etc/nvidia-fake/gpus.json"' \
-        -Wl,-soname,libnvidia-ml.so.1 -o "$layer/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1" "$fake_nvml"
+    mkdir -p "$layer/usr/bin" "$layer/etc/containerd" "$layer/etc/sudoers.d" "$layer/var/lib/kubelet" \
+        "$layer/etc/nvidia-fake" "$layer/var/lib/nvidia-fake" "$layer/lab-debs"
+    "$LAB_PYTHON" "$LAB_ROOT/tests/apt_repo.py" build "$repo" >/dev/null ||
+        lab_die "tests/apt_repo.py could not build the toolkit's packages: run make go-build"
+    cp "$repo/repo/"*"_${toolkit#v}-1_amd64.deb" "$layer/lab-debs/"
     gcc -O2 -Wall -Wextra -Werror -o "$layer/usr/bin/nvidia-smi" "$LAB_DIR/src/nvidia-smi.c"
-    { printf '#!/usr/bin/python3\n'; cat "$LAB_DIR/node/nvidia_container_runtime.py"; } >"$layer/usr/bin/nvidia-container-runtime"
-    chmod 0755 "$layer/usr/bin/nvidia-container-runtime" "$layer/usr/bin/nvidia-smi"
+    chmod 0755 "$layer/usr/bin/nvidia-smi"
     install -m 0644 "$LAB_DIR/node/containerd-seed.toml" "$layer/etc/containerd/config.toml"
     install -m 0644 "$LAB_DIR/node/kubelet-config.yaml" "$layer/var/lib/kubelet/config.yaml"
     mkdir -p "$layer/etc/systemd/system/multi-user.target.wants"
@@ -223,11 +225,11 @@ gpu_node_image() {
     chmod 0440 "$layer/etc/sudoers.d/ops"
     podman rm -f "$build" >/dev/null 2>&1 || true
     podman run --name "$build" --network host -v "$layer:/lab-layer:ro" "$LAB_NODE_IMAGE" \
-        /bin/sh -ec 'cp -a /lab-layer/. / && useradd -m -s /bin/bash ops' >/dev/null
+        /bin/sh -ec 'cp -a /lab-layer/. / && dpkg -i /lab-debs/*.deb && rm -r /lab-debs && useradd -m -s /bin/bash ops' >/dev/null
     podman image rm -f "$LAB_GPU_IMAGE" >/dev/null 2>&1 || true
     podman commit -q --change 'CMD ["/sbin/init"]' --change "LABEL gpuready.lab.gpulayer=$key" "$build" "$LAB_GPU_IMAGE" >/dev/null
     podman rm "$build" >/dev/null
-    lab_log "GPU node image: $LAB_GPU_IMAGE built (layer $key) in $(lab_since "$t0") s"
+    lab_log "GPU node image: $LAB_GPU_IMAGE built (layer $key, NVIDIA Container Toolkit $toolkit) in $(lab_since "$t0") s"
 }
 
 # ---------------------------------------------------------------- the real NVIDIA image

@@ -61,6 +61,9 @@ CONTAINERD_SEEDS = {"1.6": None, "2": os.path.join(LAB_DIR, "node", "containerd-
 FAKE_SYSFS_ROOT = "/var/lib/nvidia-fake/sys"
 FAKE_DMI_PRODUCT_FILE = "/var/lib/nvidia-fake/product_name"
 FAKE_PROC_DRIVER = "/var/lib/nvidia-fake/proc-driver"
+# The driver's NVML library on a node, as a driver install names it (+ the libnvidia-ml.so.1 link)
+NVML_DIR = "/usr/lib/x86_64-linux-gnu"
+NVML_INVENTORY = "/etc/nvidia-fake/gpus.json"
 CRI = ["env", "PYTHONPATH=/opt/lab/pylib", "python3", "/opt/lab/cri.py"]
 # Imported into every node's containerd: the pause and workload images, the real device plugin, GFD, MPS
 # daemon and config manager, and NFD (lab/go)
@@ -215,8 +218,9 @@ class Lab:
             inventory = json.load(handle)
         if "kernel_module" in inventory:  # the loaded module, at its place on the node
             inventory["kernel_module"] = FAKE_SYSFS_ROOT + "/module/nvidia"
-        with open(os.path.join(tree, "etc", "nvidia-fake", "gpus.json"), "w") as handle:
+        with open(os.path.join(tree, NVML_INVENTORY.lstrip("/")), "w") as handle:
             json.dump(inventory, handle, indent=1)
+        self._install_nvml(tree, inventory, harness, tmp, name)
         shutil.copytree(fake["sysfs_root"], os.path.join(tree, FAKE_SYSFS_ROOT.lstrip("/")))
         # The driver's /proc/driver entries (MIG capability minors), which the nvidia runtime binds into containers
         shutil.copytree(fake["proc_driver_root"], os.path.join(tree, FAKE_PROC_DRIVER.lstrip("/")))
@@ -237,6 +241,30 @@ class Lab:
             handle.write("\n".join(lines) + "\n")
         self._kubelet_files(name, tree, node_ip)
         return tree, count
+
+    @staticmethod
+    def _install_nvml(tree, inventory, harness, tmp, name):
+        """The node's NVML library: the fake, reading the node's inventory file, and carrying a copy of it for
+        containers, where the real nvidia-container-runtime mounts the library alone (tests/fake_nvml/README.md);
+        under its versioned name with the libnvidia-ml.so.1 link, as a driver install puts it. A node with MIG
+        enabled keeps the lab's stand-in runtime (lab/node/nvidia_container_runtime.py), which binds the
+        inventory and the driver's /proc/driver entries into containers: the real runtime needs the driver's
+        nvidia-caps devices for MIG, which the lab does not fake yet."""
+        build_dir = os.path.join(tmp, name + "-nvml")
+        os.makedirs(build_dir)
+        library = harness.build(build_dir, default_config=NVML_INVENTORY, builtin_config=inventory)
+        library_dir = os.path.join(tree, NVML_DIR.lstrip("/"))
+        os.makedirs(library_dir, exist_ok=True)
+        versioned = "libnvidia-ml.so." + inventory["driver_version"]
+        shutil.copyfile(library, os.path.join(library_dir, versioned))
+        os.symlink(versioned, os.path.join(library_dir, "libnvidia-ml.so.1"))
+        if any((device.get("mig_mode") or [0])[0] for device in inventory["devices"]):
+            os.makedirs(os.path.join(tree, "usr", "bin"), exist_ok=True)
+            runtime = os.path.join(tree, "usr", "bin", "nvidia-container-runtime")
+            with open(os.path.join(LAB_DIR, "node", "nvidia_container_runtime.py")) as source:
+                with open(runtime, "w") as handle:
+                    handle.write("#!/usr/bin/python3\n" + source.read())
+            os.chmod(runtime, 0o755)
 
     def _create_node(self, name, case, harness, tmp, index):
         container = self.container(name)

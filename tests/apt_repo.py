@@ -1,15 +1,16 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) gpuready.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A small signed apt repository of fake NVIDIA Container Toolkit packages, for tests that must not
-reach NVIDIA (or anything else) over the network.
+"""A small signed apt repository of the NVIDIA Container Toolkit's packages, built here from the toolkit's
+real binaries (lab/go: the lab's pin and the release before it), for tests that must not reach NVIDIA (or
+anything else) over the network.
 
 The repository is flat, like NVIDIA's (``deb [signed-by=KEYRING] URL /``), and holds every
-version given, so a test can check that the pinned version was chosen over a newer one. It is
+release given, so a test can check that the pinned version was chosen over a newer one. It is
 signed by a throwaway key made for each build.
 
-    build(out_dir, versions=("1.17.8-1", "1.18.0-1"))  ->  dict of paths (see build)
-    serve(out_dir)                                      ->  (url, stop): HTTP on 127.0.0.1 (or host=)
+    build(out_dir)                      ->  dict of paths (see build); releases=: others than lab/go's two
+    serve(out_dir)                      ->  (url, stop): HTTP on 127.0.0.1 (or host=)
 
 Layout of ``out_dir`` (served as it is, so URL + "/repo" is the repository URL and
 URL + "/gpgkey.asc" a key URL):
@@ -19,13 +20,17 @@ URL + "/gpgkey.asc" a key URL):
     gpgkey.gpg     the same key in binary form (what ``gpg --dearmor`` writes)
     build.json     what build() returned
 
-The packages are the four of the real repository, with the real dependencies between them:
-nvidia-container-toolkit installs /usr/bin/nvidia-ctk (a shell script that answers
-``--version``), the other three carry a README only. None of them ships
-/usr/bin/nvidia-container-runtime: the lab's nodes have a stand-in there that must stay.
+The packages are the four of the real repository, with the files and dependencies the toolkit's own
+Debian packaging gives them: nvidia-container-toolkit-base installs /usr/bin/nvidia-ctk,
+nvidia-container-runtime and nvidia-cdi-hook, and its postinst writes the runtime's default
+/etc/nvidia-container-runtime/config.toml with ``nvidia-ctk config``; nvidia-container-toolkit installs
+/usr/bin/nvidia-container-runtime-hook (the legacy mode's hook) and links nvidia-container-toolkit to it.
+libnvidia-container-tools and libnvidia-container1 are C (github.com/NVIDIA/libnvidia-container), which
+nothing here can build: they are empty packages that only keep the real dependencies installable, so the
+runtime's legacy mode, which needs them, does not work (the default mode, just-in-time CDI, does not use them).
 
-Needs ``gpg`` and ``dpkg-deb`` (Debian 12: packages gnupg and dpkg). Command line, for
-playbooks that start the server in the background::
+Needs ``gpg``, ``dpkg-deb`` (Debian 12: packages gnupg and dpkg) and the binaries ``make go-build`` makes.
+Command line, for playbooks that start the server in the background::
 
     python tests/apt_repo.py build DIR
     python tests/apt_repo.py serve DIR --port-file FILE     (foreground until SIGTERM/SIGINT)
@@ -50,8 +55,41 @@ import sys
 import tempfile
 import threading
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lab_scripts  # noqa: E402  pylint: disable=wrong-import-position
+
 PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
             "libnvidia-container-tools", "libnvidia-container1")
+# The programs each package installs into /usr/bin (the toolkit's packaging/debian/*.install)
+PROGRAMS = {
+    "nvidia-container-toolkit-base": ("nvidia-ctk", "nvidia-container-runtime", "nvidia-cdi-hook"),
+    "nvidia-container-toolkit": ("nvidia-container-runtime-hook",),
+}
+# lab/go's components of the toolkit: the release before the pin, the pin
+TOOLKIT_COMPONENTS = ("container-toolkit-previous", "container-toolkit")
+REVISION = "1"
+# What the packages' maintainer scripts do (the toolkit's packaging/debian/*.postinst, *.postrm)
+MAINTAINER_SCRIPTS = {
+    "nvidia-container-toolkit-base": {
+        "postinst": ("#!/bin/sh\nset -e\n"
+                     "# the runtime's configuration file: its defaults, and what an older one set and still applies\n"
+                     "if [ \"$1\" = configure ]; then\n"
+                     "    /usr/bin/nvidia-ctk --quiet config --config-file=/etc/nvidia-container-runtime/config.toml"
+                     " --in-place\n"
+                     "fi\n"),
+    },
+    "nvidia-container-toolkit": {
+        "postinst": ("#!/bin/sh\nset -e\n"
+                     "# the hook's older name\n"
+                     "if [ \"$1\" = configure ] && [ ! -e /usr/bin/nvidia-container-toolkit ]; then\n"
+                     "    ln -s /usr/bin/nvidia-container-runtime-hook /usr/bin/nvidia-container-toolkit\n"
+                     "fi\n"),
+        "postrm": ("#!/bin/sh\nset -e\n"
+                   "if [ \"$1\" = remove ] && [ -L /usr/bin/nvidia-container-toolkit ]; then\n"
+                   "    rm -f /usr/bin/nvidia-container-toolkit\n"
+                   "fi\n"),
+    },
+}
 ARCH = "amd64"
 KEY_UID = "gpuready test repository (throwaway) <test-repo@gpuready.invalid>"
 
@@ -60,29 +98,31 @@ _HASHES = (("MD5Sum", hashlib.md5), ("SHA1", hashlib.sha1), ("SHA256", hashlib.s
 
 
 def _depends(package, version):
-    """The Depends field, modelled on the real packages: the toolkit wants its base at exactly its
-    version and the tools at least at its version, so installing the toolkit alone at an old version
-    still pulls the newest tools (which is why the role pins all four)."""
+    """The Depends field of the real packages: the toolkit wants its base and the tools at exactly its
+    version (so installing the toolkit alone at an old version still needs those at that version, and
+    the role pins all four)."""
     below_next_major = "%d.0.0" % (int(version.split(".")[0]) + 1)
-
-    def at_least(name):
-        return "{0} (>= {1}), {0} (<< {2})".format(name, version, below_next_major)
-
     if package == "nvidia-container-toolkit":
-        return "nvidia-container-toolkit-base (= {0}), {1}".format(version, at_least("libnvidia-container-tools"))
+        return ("nvidia-container-toolkit-base (= {0}), libnvidia-container-tools (= {0}), "
+                "libnvidia-container-tools (<< {1})").format(version, below_next_major)
     if package == "libnvidia-container-tools":
-        return at_least("libnvidia-container1")
+        return "libnvidia-container1 (>= {0}), libnvidia-container1 (<< {1})".format(version, below_next_major)
     return None
 
 
-def _nvidia_ctk(version):
-    upstream = version.split("-")[0]
-    return ("#!/bin/sh\n"
-            "# Fake nvidia-ctk from tests/apt_repo.py: it only answers --version.\n"
-            "case \"$1\" in\n"
-            "  --version|-v) echo \"NVIDIA Container Toolkit CLI version {0}\"; echo \"commit: gpuready-fake\";;\n"
-            "  *) echo \"fake nvidia-ctk {0}: only --version is implemented\" >&2; exit 2;;\n"
-            "esac\n").format(upstream)
+def toolkit_releases():
+    """[(package version, {program: binary path})] of the toolkit releases lab/go builds, oldest first."""
+    gobuild = lab_scripts.script("lab/go/gobuild.py", "gpuready_gobuild_for_apt_repo")
+    releases = []
+    for name in TOOLKIT_COMPONENTS:
+        found = gobuild.component(name)
+        binaries = {gobuild.program_name(found.spec, tool): str(gobuild.binary_path(name, tool))
+                    for tool in found.gomod["tool"]}
+        missing = sorted(path for path in binaries.values() if not os.path.exists(path))
+        if missing:
+            raise RuntimeError("not built (run make go-build): %s" % ", ".join(missing))
+        releases.append(("%s-%s" % (found.version.lstrip("v"), REVISION), binaries))
+    return releases
 
 
 def _write(path, data, mode=0o644):
@@ -92,7 +132,7 @@ def _write(path, data, mode=0o644):
     os.chmod(path, mode)
 
 
-def _build_deb(package, version, repo_dir, work_dir):
+def _build_deb(package, version, binaries, repo_dir, work_dir):
     """One .deb in repo_dir; returns its file name."""
     root = os.path.join(work_dir, "{0}_{1}".format(package, version))
     control = ["Package: " + package, "Version: " + version, "Architecture: " + ARCH,
@@ -101,18 +141,28 @@ def _build_deb(package, version, repo_dir, work_dir):
     depends = _depends(package, version)
     if depends:
         control.append("Depends: " + depends)
-    control.append("Description: fake {0} for gpuready.nvidia tests\n"
-                   " Stands in for NVIDIA's package of the same name; installs almost nothing.".format(package))
+    programs = PROGRAMS.get(package, ())
+    if programs:
+        summary = "NVIDIA Container Toolkit %s (%s), built from its Go module" % (
+            version.split("-")[0], ", ".join(programs))
+    else:
+        summary = "empty stand-in: the C library and CLI cannot be built here"
+    control.append("Description: {0} for gpuready.nvidia tests\n {1}.".format(package, summary))
     _write(os.path.join(root, "DEBIAN", "control"), "\n".join(control) + "\n")
+    for script, text in MAINTAINER_SCRIPTS.get(package, {}).items():
+        _write(os.path.join(root, "DEBIAN", script), text, mode=0o755)
     _write(os.path.join(root, "usr", "share", "doc", package, "README.gpuready"),
-           "Fake {0} {1}, built by tests/apt_repo.py of gpuready.nvidia.\n".format(package, version))
-    if package == "nvidia-container-toolkit":
-        _write(os.path.join(root, "usr", "bin", "nvidia-ctk"), _nvidia_ctk(version), mode=0o755)
+           "{0} {1}, built by tests/apt_repo.py of gpuready.nvidia: {2}.\n".format(package, version, summary))
+    for program in programs:
+        target = os.path.join(root, "usr", "bin", program)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.copyfile(binaries[program], target)
+        os.chmod(target, 0o755)
     for folder, _dirs, _files in os.walk(root):
         os.chmod(folder, 0o755)
     name = "{0}_{1}_{2}.deb".format(package, version, ARCH)
-    subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", root, os.path.join(repo_dir, name)],
-                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "-z1", "--build", root,
+                    os.path.join(repo_dir, name)], check=True, stdout=subprocess.DEVNULL)
     return name
 
 
@@ -172,8 +222,9 @@ def _sign(repo_dir, out_dir):
         shutil.rmtree(home, ignore_errors=True)
 
 
-def build(out_dir, versions=("1.17.8-1", "1.18.0-1")):
-    """Builds the repository and the key files in out_dir (replacing what a former build left).
+def build(out_dir, releases=None):
+    """Builds the repository and the key files in out_dir (replacing what a former build left), with the
+    packages of each release: (package version, {program: binary}); default: toolkit_releases().
 
     Returns {"repo": folder, "key_asc": file, "key_gpg": file, "fingerprint": hex,
     "versions": [...], "packages": [...]}, also written to out_dir/build.json."""
@@ -183,7 +234,9 @@ def build(out_dir, versions=("1.17.8-1", "1.18.0-1")):
     os.makedirs(repo_dir)
     work_dir = tempfile.mkdtemp(prefix="gpuready-apt-repo-")
     try:
-        debs = [_build_deb(package, version, repo_dir, work_dir) for version in versions for package in PACKAGES]
+        releases = toolkit_releases() if releases is None else releases
+        debs = [_build_deb(package, version, binaries, repo_dir, work_dir)
+                for version, binaries in releases for package in PACKAGES]
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
     index = _packages_index(repo_dir, debs)
@@ -194,7 +247,7 @@ def build(out_dir, versions=("1.17.8-1", "1.18.0-1")):
     fingerprint = _sign(repo_dir, out_dir)
     result = {"repo": repo_dir, "key_asc": os.path.join(out_dir, "gpgkey.asc"),
               "key_gpg": os.path.join(out_dir, "gpgkey.gpg"), "fingerprint": fingerprint,
-              "versions": list(versions), "packages": list(PACKAGES)}
+              "versions": [version for version, _binaries in releases], "packages": list(PACKAGES)}
     _write(os.path.join(out_dir, "build.json"), json.dumps(result, indent=2) + "\n")
     return result
 
@@ -242,13 +295,11 @@ def _serve_forever(out_dir, port_file, port=0, host="127.0.0.1"):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description="A small signed apt repository of fake NVIDIA Container Toolkit packages.")
+    parser = argparse.ArgumentParser(description="A small signed apt repository of NVIDIA Container Toolkit packages.")
     sub = parser.add_subparsers(dest="command")
     sub.required = True
     build_cmd = sub.add_parser("build", help="build the repository and keys into DIR")
     build_cmd.add_argument("dir")
-    build_cmd.add_argument("--versions", default="1.17.8-1,1.18.0-1",
-                           help="comma-separated package versions (default: %(default)s)")
     serve_cmd = sub.add_parser("serve", help="serve DIR until SIGTERM or SIGINT")
     serve_cmd.add_argument("dir")
     serve_cmd.add_argument("--port-file", help="write the port here once listening (removed at exit)")
@@ -256,7 +307,7 @@ def main(argv=None):
     serve_cmd.add_argument("--host", default="127.0.0.1", help="listen on this address (default: %(default)s)")
     args = parser.parse_args(argv)
     if args.command == "build":
-        result = build(args.dir, versions=tuple(v for v in args.versions.split(",") if v))
+        result = build(args.dir)
         print(json.dumps(result, indent=2))
         return 0
     return _serve_forever(args.dir, args.port_file, args.port, args.host)

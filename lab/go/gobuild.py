@@ -92,6 +92,12 @@ COMPONENTS = {
         "ldflags": _toolkit_ldflags,
         "cgo": True,
     },
+    # the release before the pin: the test apt repository's older packages (pins, upgrades, downgrades)
+    "container-toolkit-previous": {
+        "module": "github.com/NVIDIA/nvidia-container-toolkit",
+        "ldflags": _toolkit_ldflags,
+        "cgo": True,
+    },
 }
 
 

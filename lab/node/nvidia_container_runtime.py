@@ -1,7 +1,9 @@
 # Copyright (c) gpuready.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The lab's stand-in for nvidia-container-runtime (installed in a node as
-/usr/bin/nvidia-container-runtime, with a python3 shebang added by lab/lab.py).
+"""The lab's stand-in for nvidia-container-runtime on a node with MIG enabled, where the real runtime would
+need the driver's nvidia-caps devices, which the lab does not fake yet (lab/lab.py copies it over the
+package's /usr/bin/nvidia-container-runtime there, with a python3 shebang; every other node runs the real
+runtime).
 
 Like the real runtime (in its "legacy" mode) it is a runc wrapper: for `create` it edits the
 bundle's config.json, then it execs runc with the original arguments.

@@ -358,7 +358,9 @@ static void load_not_supported(struct nvmlDevice_st *d, const struct json *list)
             used += (size_t)sprintf(d->not_supported + used, "%s,", item->str);
 }
 
-static int load_device(unsigned int index, const struct json *cfg)
+/* index: the device's place among those enumerated; position: its place in the configuration, the
+ * default minor number. */
+static int load_device(unsigned int index, unsigned int position, const struct json *cfg)
 {
     struct nvmlDevice_st *d = &devices[index];
     const struct json *cc = member(cfg, "compute_capability");
@@ -372,7 +374,7 @@ static int load_device(unsigned int index, const struct json *cfg)
     str_of(cfg, "uuid", d->uuid, sizeof d->uuid);
     str_of(cfg, "pci_bus_id", d->bus_id, sizeof d->bus_id);
     d->pci_device_id = (unsigned int)num_of(cfg, "pci_device_id", 0x1bb310de);
-    d->minor = (unsigned int)num_of(cfg, "minor_number", index);
+    d->minor = (unsigned int)num_of(cfg, "minor_number", position);
     d->numa_node = (unsigned int)num_of(cfg, "numa_node", 0);
     d->memory = (unsigned long long)num_of(cfg, "memory_total", 0);
     if (cc && cc->type == J_ARR && cc->child && cc->child->next) {
@@ -434,6 +436,20 @@ static int load_device(unsigned int index, const struct json *cfg)
 #define DEFAULT_CONFIG NULL
 #endif
 
+/* Built with -DFAKE_NVML_BUILTIN_CONFIG_HEADER="inventory.h" (harness.build(builtin_config=...): a node's
+ * own copy of the library), the fake also carries its node's configuration, as
+ * `static const char builtin_config[]`. That copy answers where no configuration file is, which is in a
+ * container: the nvidia runtime mounts the library alone, and real NVML there reaches the node's driver
+ * through the device nodes it was given. So, like real NVML in a container, it enumerates only the GPUs
+ * whose /dev/nvidia<minor> exists; the kernel module's sysfs folder is the node's, out of reach there,
+ * and is not checked. */
+#ifdef FAKE_NVML_BUILTIN_CONFIG_HEADER
+#include FAKE_NVML_BUILTIN_CONFIG_HEADER
+static char *builtin_copy(void) { return strdup(builtin_config); }
+#else
+static char *builtin_copy(void) { return NULL; }
+#endif
+
 /* Real NVML asks the loaded kernel module (the driver's RM) for its version at init and fails when it
  * is not loaded or is another version than the library's, as after a driver upgrade without a reboot.
  * The fake's loaded module is the sysfs folder `kernel_module` names (<sysfs>/module/nvidia): no folder
@@ -455,6 +471,33 @@ static nvmlReturn_t check_kernel_module(void)
     return strcmp(loaded, driver_version) ? NVML_ERROR_LIB_RM_VERSION_MISMATCH : NVML_SUCCESS;
 }
 
+/* The whole file at path (NUL-terminated, to free), or NULL. */
+static char *read_file(const char *path)
+{
+    char *text = NULL;
+    long size;
+    FILE *f = fopen(path, "rb");
+
+    if (!f) return NULL;
+    if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0
+        || !(text = calloc(1, (size_t)size + 1)) || fread(text, 1, (size_t)size, f) != (size_t)size) {
+        free(text);
+        text = NULL;
+    }
+    fclose(f);
+    return text;
+}
+
+/* Whether the device node of the GPU with this configuration (at this position) exists. */
+static int device_node_exists(const struct json *cfg, unsigned int position)
+{
+    char path[64];
+    struct stat node;
+
+    snprintf(path, sizeof path, "/dev/nvidia%u", (unsigned int)num_of(cfg, "minor_number", position));
+    return stat(path, &node) == 0 && S_ISCHR(node.st_mode);
+}
+
 /* Returns the init return code: the configured one, or UNKNOWN when the configuration is unusable. */
 static nvmlReturn_t load_config(void)
 {
@@ -462,26 +505,26 @@ static nvmlReturn_t load_config(void)
     struct json *root = NULL;
     const struct json *list;
     nvmlReturn_t rc = NVML_ERROR_UNKNOWN;
-    char *text = NULL;
+    char *text = path ? read_file(path) : NULL;
+    int in_container = 0;
+    unsigned int position = 0;
     const char *p;
-    long size;
-    FILE *f;
 
     memset(devices, 0, sizeof devices);
     kernel_module[0] = '\0';
     memset(migs, 0, sizeof migs);
     device_count = 0;
-    if (!path || !(f = fopen(path, "rb"))) {
+    if (!text && !getenv("FAKE_NVML_CONFIG") && (text = builtin_copy())) {
+        path = "the built-in configuration";
+        in_container = 1;
+    }
+    if (!text) {
         fprintf(stderr, "fake NVML: cannot read %s\n", path ? path : "FAKE_NVML_CONFIG (unset)");
         return rc;
     }
-    if (fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0
-        && (text = calloc(1, (size_t)size + 1)) && fread(text, 1, (size_t)size, f) == (size_t)size) {
-        p = text;
-        root = parse_value(&p, 0);
-        if (root && *skip_ws(p)) { json_free(root); root = NULL; }
-    }
-    fclose(f);
+    p = text;
+    root = parse_value(&p, 0);
+    if (root && *skip_ws(p)) { json_free(root); root = NULL; }
     free(text);
     if (!root || root->type != J_OBJ) {
         fprintf(stderr, "fake NVML: %s is not a JSON object\n", path);
@@ -493,11 +536,12 @@ static nvmlReturn_t load_config(void)
     cuda_version = (int)num_of(root, "cuda_driver_version", 0);
     rc = (nvmlReturn_t)num_of(root, "init_rc", NVML_SUCCESS);
     str_of(root, "kernel_module", kernel_module, sizeof kernel_module);
-    if (rc == NVML_SUCCESS && kernel_module[0]) rc = check_kernel_module();
+    if (rc == NVML_SUCCESS && kernel_module[0] && !in_container) rc = check_kernel_module();
     list = member(root, "devices");
-    for (list = list && list->type == J_ARR ? list->child : NULL; list; list = list->next) {
-        if (device_count == MAX_DEVICES || load_device(device_count, list)) {
-            fprintf(stderr, "fake NVML: %s: device %u unusable\n", path, device_count);
+    for (list = list && list->type == J_ARR ? list->child : NULL; list; list = list->next, position++) {
+        if (in_container && !device_node_exists(list, position)) continue;
+        if (device_count == MAX_DEVICES || load_device(device_count, position, list)) {
+            fprintf(stderr, "fake NVML: %s: device %u unusable\n", path, position);
             rc = NVML_ERROR_UNKNOWN;
             break;
         }

@@ -30,14 +30,25 @@ NVIDIA_MAJOR, UVM_MAJOR = 195, 508  # nvidia-uvm's major is dynamic on a real no
 LIBRARY_DIR = "usr/lib/x86_64-linux-gnu"
 
 
-def build(directory):
-    """Compile the fake NVML into directory; returns the .so path."""
+def build(directory, default_config=None, builtin_config=None):
+    """Compile the fake NVML into directory; returns the .so path. default_config: the file it reads when
+    FAKE_NVML_CONFIG is unset (a node's /etc/nvidia-fake/gpus.json); builtin_config: a configuration (the
+    fake's JSON schema) the library carries, for where neither is (in a container: fake_nvml.c says how
+    it answers there)."""
     gcc = shutil.which("gcc")
     if not gcc:
         raise RuntimeError("gcc is needed to build the fake NVML")
     target = os.path.join(directory, "libnvidia-ml.so.1")
-    subprocess.run([gcc, "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-Wl,-soname,libnvidia-ml.so.1",
-                    "-o", target, SOURCE], check=True)
+    command = [gcc, "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-Wl,-soname,libnvidia-ml.so.1"]
+    if default_config:
+        command.append('-DFAKE_NVML_DEFAULT_CONFIG="%s"' % default_config)
+    if builtin_config is not None:
+        header = os.path.join(directory, "builtin_config.h")
+        data = json.dumps(builtin_config).encode("utf-8") + b"\0"
+        with open(header, "w") as handle:
+            handle.write("static const char builtin_config[] = {%s};\n" % ",".join(str(b) for b in data))
+        command.append('-DFAKE_NVML_BUILTIN_CONFIG_HEADER="%s"' % header)
+    subprocess.run(command + ["-o", target, SOURCE], check=True)
     return target
 
 

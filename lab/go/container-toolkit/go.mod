@@ -32,5 +32,6 @@ require (
 tool (
 	github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-cdi-hook
 	github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-container-runtime
+	github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-container-runtime-hook
 	github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-ctk
 )

@@ -5,8 +5,9 @@
 without MIG enabled, the real `nvidia-ctk cdi generate` (lab/go, at the lab's pin) reads the fake NVML and
 the files `harness.driver_install` writes, and its CDI spec names every GPU by index and UUID, with that GPU's
 device node, and mounts the versioned NVML library; and the real nvidia-container-runtime, in its default
-mode, gives a container the GPUs its NVIDIA_VISIBLE_DEVICES names from the same files. This is what the
-real runtime will need on the lab's nodes; the expected values are the case's own."""
+mode, gives a container the GPUs its NVIDIA_VISIBLE_DEVICES names from the same files, and with the real runc
+a process in that container finds through NVML exactly those GPUs. This is what the real runtime will need
+on the lab's nodes; the expected values are the case's own."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -14,7 +15,10 @@ __metaclass__ = type
 
 import json
 import os
+import select
+import shutil
 import subprocess
+import uuid
 
 import pytest
 import yaml
@@ -126,3 +130,103 @@ def test_real_runtime_gives_a_container_the_gpus_it_names(library, tmp_path, vis
     assert devices == sorted(['/dev/nvidia%d' % m for m in minors] + ['/dev/nvidiactl', '/dev/nvidia-uvm',
                                                                       '/dev/nvidia-uvm-tools'])
     assert '/%s/libnvidia-ml.so.%s' % (harness.LIBRARY_DIR, case['driver_version']) in mounts
+
+
+TOOLKIT = ('nvidia-container-runtime', 'nvidia-ctk', 'nvidia-cdi-hook')
+RUNC = '/usr/sbin/runc'
+
+
+@pytest.fixture(scope='module')
+def toolkit(tmp_path_factory):
+    """The toolkit's binaries under the names they are installed with: the runtime tells the nvidia-ctk of
+    its hooks from nvidia-cdi-hook by the file's name."""
+    folder = tmp_path_factory.mktemp('toolkit')
+    for program in TOOLKIT:
+        os.symlink(str(gobuild.find_binary(program)), str(folder / program))
+    return folder
+
+
+@pytest.fixture(scope='module')
+def probe(tmp_path_factory):
+    """The lab workload image's NVML probe (lab/src/nvml-probe.c), built here."""
+    source = os.path.join(lab_scripts.ROOT, 'lab', 'src')
+    target = str(tmp_path_factory.mktemp('probe') / 'nvml-probe')
+    subprocess.run(['gcc', '-O2', '-I', source, '-o', target, os.path.join(source, 'nvml-probe.c')], check=True)
+    return target
+
+
+def _bundle(path, probe, visible):
+    """A bundle as containerd hands one to the runtime: the probe and the glibc it links in the root file
+    system, and `runc spec`'s configuration running it, with the image's NVIDIA_VISIBLE_DEVICES (or none)."""
+    rootfs = path / 'rootfs'
+    for folder in ('usr/local/bin', 'lib/x86_64-linux-gnu', 'lib64', harness.LIBRARY_DIR, 'etc'):
+        (rootfs / folder).mkdir(parents=True, exist_ok=True)
+    shutil.copy(probe, str(rootfs / 'usr/local/bin/nvml-probe'))
+    for library in ('libc.so.6', 'ld-linux-x86-64.so.2'):
+        shutil.copy(os.path.join('/lib/x86_64-linux-gnu', library), str(rootfs / 'lib/x86_64-linux-gnu'))
+    os.symlink('../lib/x86_64-linux-gnu/ld-linux-x86-64.so.2', str(rootfs / 'lib64/ld-linux-x86-64.so.2'))
+    subprocess.run([RUNC, 'spec'], cwd=str(path), check=True)
+    spec = json.loads((path / 'config.json').read_text())
+    spec['process'].update(terminal=False, args=['/usr/local/bin/nvml-probe'])
+    if visible is not None:
+        spec['process']['env'].append('NVIDIA_VISIBLE_DEVICES=' + visible)
+    spec['root']['readonly'] = False  # the runtime's hooks write links and the ld cache into it
+    (path / 'config.json').write_text(json.dumps(spec))
+
+
+def _run_container(runtime, bundle, env, output):
+    """runtime create, runc start, a wait for the container's process to end: returns what it printed."""
+    name = 'gpuready-test-' + uuid.uuid4().hex[:12]
+    pid_file = bundle / 'container.pid'
+    with open(str(output), 'w') as handle:
+        proc = subprocess.run([runtime, 'create', '--bundle', str(bundle), '--pid-file', str(pid_file), name],
+                              env=env, stdout=handle, stderr=subprocess.STDOUT, timeout=120, check=False)
+    try:
+        assert proc.returncode == 0, output.read_text()[-3000:]
+        pidfd = os.pidfd_open(int(pid_file.read_text()))
+        try:
+            subprocess.run([RUNC, 'start', name], check=True, timeout=60)
+            # the descriptor turns readable when the process ends
+            assert select.select([pidfd], [], [], 60)[0], 'the container %s did not stop in 60 s' % name
+        finally:
+            os.close(pidfd)
+    finally:
+        subprocess.run([RUNC, 'delete', '--force', name], stderr=subprocess.DEVNULL, check=False, timeout=60)
+    return output.read_text()
+
+
+@pytest.mark.parametrize('visible, gpus', [('1', [1]), ('all', [0, 1, 2, 3]), ('none', []), (None, None)])
+def test_real_runtime_and_runc_run_a_container_whose_nvml_sees_the_gpus_it_names(tmp_path, toolkit, probe,
+                                                                                  visible, gpus):
+    """The whole way a GPU reaches a process on a node: the real runtime (default mode, its hooks through
+    the real nvidia-ctk) edits the bundle, the real runc creates the container, and the NVML probe in it
+    loads the driver's library the runtime mounted (the node's own copy, which carries the node's
+    inventory) and finds exactly the named GPUs, in order; `none` gives the library and no GPU, and without
+    the variable the container has no NVML at all, as under runc alone."""
+    if os.geteuid() != 0:
+        pytest.fail('runc and the device nodes of a driver install need root')
+    case = next(c for _s, c in cases.all_cases() if c['name'] == 'seed-4x-tesla-p4-driver-535')
+    node = harness.node_from_case(case, str(tmp_path / 'node'))
+    with open(node['config']) as handle:
+        config = json.load(handle)
+    (tmp_path / 'library').mkdir()
+    library = harness.build(str(tmp_path / 'library'), builtin_config=config)
+    root = str(tmp_path / 'root')
+    library_dir = harness.driver_install(root, library, config)
+    (tmp_path / 'xdg' / 'nvidia-container-runtime').mkdir(parents=True)
+    (tmp_path / 'xdg' / 'nvidia-container-runtime' / 'config.toml').write_text(
+        '[nvidia-container-cli]\nroot = "%s"\n\n[nvidia-container-runtime]\nruntimes = ["%s"]\n\n'
+        '[nvidia-ctk]\npath = "%s"\n' % (root, RUNC, toolkit / 'nvidia-ctk'))
+    _bundle(tmp_path / 'bundle', probe, visible)
+
+    printed = _run_container(
+        str(toolkit / 'nvidia-container-runtime'), tmp_path / 'bundle',
+        dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / 'xdg'), LD_LIBRARY_PATH=library_dir,
+             FAKE_NVML_CONFIG=node['config']), tmp_path / 'container.log')
+
+    if gpus is None:
+        assert printed.startswith('NVML library not found'), printed
+        return
+    expected = ['probe: GPU %d %s %s' % (position, config['devices'][i]['name'], config['devices'][i]['uuid'])
+                for position, i in enumerate(gpus)]
+    assert printed.splitlines() == expected + ['probe: %d GPU(s) visible' % len(gpus)]

@@ -2,7 +2,8 @@
 # Copyright (c) gpuready.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The lab (lab/lab.py): GPU nodes in podman whose containers get GPUs only through the nvidia
-runtime. Pods run by each node's real kubelet through its containerd; see lab/README.md."""
+runtime, the real nvidia-container-runtime of the toolkit's packages. Pods run by each node's real kubelet
+through its containerd; see lab/README.md."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -55,8 +56,7 @@ def nvidia_class(lab_api):
     return with_nvidia_class(lab_api)
 
 
-GPU_SCRIPT = ('nvidia-smi -L; echo "smi-rc=$?"; %s; echo "probe-rc=$?"; ls /dev/ | grep nvidia || true; '
-              'head -2 /proc/driver/nvidia-caps/mig-minors' % PROBE)
+GPU_SCRIPT = 'nvidia-smi -L; echo "smi-rc=$?"; %s; echo "probe-rc=$?"; ls /dev/ | grep nvidia || true' % PROBE
 
 
 def test_nvidia_handler_all_gpus(nvidia_class):
@@ -67,8 +67,18 @@ def test_nvidia_handler_all_gpus(nvidia_class):
     assert 'smi-rc=0' in out and 'probe-rc=0' in out
     for dev in ('nvidia0', 'nvidia1', 'nvidia2', 'nvidia3', 'nvidiactl', 'nvidia-uvm', 'nvidia-uvm-tools'):
         assert re.search(r'^%s$' % dev, out, re.M), (dev, out)
-    # The driver's /proc/driver entries, as the kernel module shows them in every procfs (the runtime's hook)
-    assert out.endswith('config 1\nmonitor 2\n'), out
+
+
+def test_the_nodes_nvidia_runtime_is_the_toolkits_from_its_package(lab):
+    """The runtime containerd's nvidia entry names is the real one, installed by the toolkit's packages at
+    lab/go's pin, in the mode its package's default configuration gives (auto: just-in-time CDI)."""
+    container = lab.container('gpu-p4')
+    version = lab.node_exec(container, 'nvidia-container-runtime', '--version')
+    assert version.splitlines()[0] == 'NVIDIA Container Runtime version 1.20.2', version
+    owner = lab.node_exec(container, 'dpkg', '-S', '/usr/bin/nvidia-container-runtime')
+    assert owner.strip() == 'nvidia-container-toolkit-base: /usr/bin/nvidia-container-runtime', owner
+    config = lab.node_exec(container, 'cat', '/etc/nvidia-container-runtime/config.toml')
+    assert re.search(r'^mode = "auto"$', config, re.M), config
 
 
 def test_nvidia_handler_one_gpu(lab, nvidia_class):
@@ -81,11 +91,19 @@ def test_nvidia_handler_one_gpu(lab, nvidia_class):
     assert re.search(r'^nvidia1$', out, re.M) and not re.search(r'^nvidia[023]$', out, re.M), out
 
 
-@pytest.mark.parametrize('value', ['void', 'none', ''])
+@pytest.mark.parametrize('value', ['void', ''])
 def test_nvidia_handler_no_visible_devices(nvidia_class, value):
     report = pod_run(nvidia_class, 'nvidia', 'ls /usr/bin/nvidia-smi 2>&1; %s' % PROBE,
                      {'NVIDIA_VISIBLE_DEVICES': value})
     assert 'NVML library not found' in report['output'], report
+
+
+def test_nvidia_handler_none_gives_the_driver_and_no_gpu(nvidia_class):
+    """`none`, as the toolkit documents it: the driver's files without any GPU."""
+    report = pod_run(nvidia_class, 'nvidia', '%s; ls /dev/ | grep "^nvidia[0-9]" || echo no-gpu-dev' % PROBE,
+                     {'NVIDIA_VISIBLE_DEVICES': 'none'})
+    out = report['output']
+    assert 'probe: 0 GPU(s) visible' in out and 'no-gpu-dev' in out, out
 
 
 def test_runc_handler_sees_no_gpu(lab_api):

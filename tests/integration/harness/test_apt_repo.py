@@ -1,8 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) gpuready.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""tests/apt_repo.py, the signed apt repository the node_airgapped scenario installs from: what it
-holds, that its indexes and signatures check out the way apt checks them, and its server."""
+"""tests/apt_repo.py, the signed apt repository the node_airgapped and default scenarios install from and the
+lab's GPU node image is installed from: what it holds (the toolkit's real binaries, lab/go's pin and the
+release before it), that its indexes and signatures check out the way apt checks them, and its server."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -35,6 +36,9 @@ def repo(tmp_path_factory):
     return apt_repo.build(str(tmp_path_factory.mktemp('apt-repo')))
 
 
+PREVIOUS, PINNED = '1.20.1-1', '1.20.2-1'  # lab/go/container-toolkit-previous, lab/go/container-toolkit
+
+
 def _stanzas(text):
     return [dict(line.split(': ', 1) for line in block.splitlines() if not line.startswith(' '))
             for block in text.strip().split('\n\n')]
@@ -48,7 +52,7 @@ def _read(path, mode='r'):
 def test_packages_index_holds_both_versions_of_the_four_packages(repo):
     stanzas = _stanzas(_read(os.path.join(repo['repo'], 'Packages')))
     assert sorted((s['Package'], s['Version']) for s in stanzas) == sorted(
-        (package, version) for package in apt_repo.PACKAGES for version in ('1.17.8-1', '1.18.0-1'))
+        (package, version) for package in apt_repo.PACKAGES for version in (PREVIOUS, PINNED))
     for stanza in stanzas:
         data = _read(os.path.join(repo['repo'], stanza['Filename']), 'rb')
         assert int(stanza['Size']) == len(data)
@@ -58,15 +62,16 @@ def test_packages_index_holds_both_versions_of_the_four_packages(repo):
         _read(os.path.join(repo['repo'], 'Packages'))
 
 
-def test_toolkit_needs_its_base_at_its_version_and_the_tools_at_least_there(repo):
+def test_toolkit_needs_its_base_and_the_tools_at_its_version(repo):
     stanzas = _stanzas(_read(os.path.join(repo['repo'], 'Packages')))
     depends = {(s['Package'], s['Version']): s.get('Depends') for s in stanzas}
-    assert depends[('nvidia-container-toolkit', '1.17.8-1')] == (
-        'nvidia-container-toolkit-base (= 1.17.8-1), libnvidia-container-tools (>= 1.17.8-1), '
+    assert depends[('nvidia-container-toolkit', PREVIOUS)] == (
+        'nvidia-container-toolkit-base (= 1.20.1-1), libnvidia-container-tools (= 1.20.1-1), '
         'libnvidia-container-tools (<< 2.0.0)')
-    assert depends[('libnvidia-container-tools', '1.18.0-1')] == (
-        'libnvidia-container1 (>= 1.18.0-1), libnvidia-container1 (<< 2.0.0)')
-    assert depends[('libnvidia-container1', '1.18.0-1')] is None
+    assert depends[('libnvidia-container-tools', PINNED)] == (
+        'libnvidia-container1 (>= 1.20.2-1), libnvidia-container1 (<< 2.0.0)')
+    assert depends[('libnvidia-container1', PINNED)] is None
+    assert depends[('nvidia-container-toolkit-base', PINNED)] is None
 
 
 def test_release_lists_the_indexes_with_their_hashes(repo):
@@ -92,31 +97,42 @@ def test_release_is_signed_by_the_exported_key(repo, tmp_path):
 
 
 def test_a_foreign_key_does_not_verify_it(repo, tmp_path):
-    other = apt_repo.build(str(tmp_path / 'other'), versions=('1.0.0-1',))
+    other = apt_repo.build(str(tmp_path / 'other'))
     result = subprocess.run(['gpgv', '--keyring', other['key_gpg'], 'InRelease'], cwd=repo['repo'], check=False,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert result.returncode != 0
 
 
-def test_toolkit_ships_nvidia_ctk_and_nobody_ships_the_runtime(repo, tmp_path):
+def test_packages_ship_the_toolkits_programs_of_their_release(repo, tmp_path):
     contents = {}
     for name in os.listdir(repo['repo']):
         if name.endswith('.deb'):
             listing = subprocess.run(['dpkg-deb', '--contents', os.path.join(repo['repo'], name)], check=True,
                                      stdout=subprocess.PIPE, universal_newlines=True).stdout
-            contents[name] = [line.split()[-1] for line in listing.splitlines()]
-    assert len(contents) == 8
-    assert all('./usr/bin/nvidia-container-runtime' not in paths for paths in contents.values())
-    assert sorted(name for name, paths in contents.items() if './usr/bin/nvidia-ctk' in paths) == [
-        'nvidia-container-toolkit_1.17.8-1_amd64.deb', 'nvidia-container-toolkit_1.18.0-1_amd64.deb']
+            contents[name] = sorted(line.split()[-1] for line in listing.splitlines()
+                                    if line.split()[-1].startswith('./usr/bin/') and not line.startswith('d'))
+    for version in (PREVIOUS, PINNED):
+        assert contents['nvidia-container-toolkit-base_%s_amd64.deb' % version] == [
+            './usr/bin/nvidia-cdi-hook', './usr/bin/nvidia-container-runtime', './usr/bin/nvidia-ctk']
+        assert contents['nvidia-container-toolkit_%s_amd64.deb' % version] == [
+            './usr/bin/nvidia-container-runtime-hook']
+        for package in ('libnvidia-container-tools', 'libnvidia-container1'):
+            assert contents['%s_%s_amd64.deb' % (package, version)] == []
 
-    root = tmp_path / 'root'
-    subprocess.run(['dpkg-deb', '--extract', os.path.join(repo['repo'], 'nvidia-container-toolkit_1.17.8-1_amd64.deb'),
-                    str(root)], check=True)
-    ctk = root / 'usr' / 'bin' / 'nvidia-ctk'
-    assert os.access(str(ctk), os.X_OK)
-    out = subprocess.run([str(ctk), '--version'], check=True, stdout=subprocess.PIPE, universal_newlines=True).stdout
-    assert out.splitlines()[0] == 'NVIDIA Container Toolkit CLI version 1.17.8'
+    for version in (PREVIOUS, PINNED):
+        root = tmp_path / version
+        subprocess.run(['dpkg-deb', '--extract', os.path.join(
+            repo['repo'], 'nvidia-container-toolkit-base_%s_amd64.deb' % version), str(root)], check=True)
+        upstream = version.split('-')[0]
+        for program, first_line in (('nvidia-ctk', 'NVIDIA Container Toolkit CLI version ' + upstream),
+                                    ('nvidia-container-runtime', 'NVIDIA Container Runtime version ' + upstream)):
+            out = subprocess.run([str(root / 'usr' / 'bin' / program), '--version'], check=True,
+                                 stdout=subprocess.PIPE, universal_newlines=True).stdout
+            assert out.splitlines()[0] == first_line, out
+        postinst = subprocess.run(['dpkg-deb', '--info', os.path.join(
+            repo['repo'], 'nvidia-container-toolkit-base_%s_amd64.deb' % version), 'postinst'], check=True,
+            stdout=subprocess.PIPE, universal_newlines=True).stdout
+        assert 'nvidia-ctk --quiet config --config-file=/etc/nvidia-container-runtime/config.toml' in postinst
 
 
 def test_serve_answers_on_loopback_until_stopped(repo):
