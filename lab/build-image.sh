@@ -4,8 +4,9 @@
 #     `podman import`ed only when the image is missing or was built from another tarball),
 #   * the GPU node image localhost/gpuready-lab-gpunode:bookworm: the node image plus the NVIDIA
 #     Container Toolkit's packages at lab/go's pin (tests/apt_repo.py builds them from the real
-#     binaries; dpkg installs them, their postinst writes the runtime's default config), the driver's
-#     nvidia-smi stand-in (the fake NVML library differs per node: lab/lab.py installs it), the seed's
+#     binaries; dpkg installs them, their postinst writes the runtime's default config, in which only the
+#     low-level runtime changes: driver-procfs-runc, the fake driver's /proc/driver in containers), the
+#     driver's nvidia-smi stand-in (the fake NVML library differs per node: lab/lab.py installs it), the seed's
 #     containerd config, the kubelet's config and unit (the binary is bind-mounted by lab/lab.py) and
 #     the user `ops` (passwordless sudo); one `podman commit` layer, rebuilt when its inputs change,
 #   * artifacts/ (mounted read-only at /opt/lab in a node): OCI archives of a pause image,
@@ -215,7 +216,9 @@ gpu_node_image() {
         lab_die "tests/apt_repo.py could not build the toolkit's packages: run make go-build"
     cp "$repo/repo/"*"_${toolkit#v}-1_amd64.deb" "$layer/lab-debs/"
     gcc -O2 -Wall -Wextra -Werror -o "$layer/usr/bin/nvidia-smi" "$LAB_DIR/src/nvidia-smi.c"
-    chmod 0755 "$layer/usr/bin/nvidia-smi"
+    mkdir -p "$layer/usr/local/sbin"
+    { printf '#!/usr/bin/python3\n'; cat "$LAB_DIR/node/driver_procfs_runc.py"; } >"$layer/usr/local/sbin/driver-procfs-runc"
+    chmod 0755 "$layer/usr/bin/nvidia-smi" "$layer/usr/local/sbin/driver-procfs-runc"
     install -m 0644 "$LAB_DIR/node/containerd-seed.toml" "$layer/etc/containerd/config.toml"
     install -m 0644 "$LAB_DIR/node/kubelet-config.yaml" "$layer/var/lib/kubelet/config.yaml"
     mkdir -p "$layer/etc/systemd/system/multi-user.target.wants"
@@ -225,7 +228,9 @@ gpu_node_image() {
     chmod 0440 "$layer/etc/sudoers.d/ops"
     podman rm -f "$build" >/dev/null 2>&1 || true
     podman run --name "$build" --network host -v "$layer:/lab-layer:ro" "$LAB_NODE_IMAGE" \
-        /bin/sh -ec 'cp -a /lab-layer/. / && dpkg -i /lab-debs/*.deb && rm -r /lab-debs && useradd -m -s /bin/bash ops' >/dev/null
+        /bin/sh -ec 'cp -a /lab-layer/. / && dpkg -i /lab-debs/*.deb && rm -r /lab-debs && useradd -m -s /bin/bash ops
+            nvidia-ctk --quiet config --config-file=/etc/nvidia-container-runtime/config.toml --in-place \
+                --set nvidia-container-runtime.runtimes=/usr/local/sbin/driver-procfs-runc' >/dev/null
     podman image rm -f "$LAB_GPU_IMAGE" >/dev/null 2>&1 || true
     podman commit -q --change 'CMD ["/sbin/init"]' --change "LABEL gpuready.lab.gpulayer=$key" "$build" "$LAB_GPU_IMAGE" >/dev/null
     podman rm "$build" >/dev/null

@@ -222,7 +222,8 @@ class Lab:
             json.dump(inventory, handle, indent=1)
         self._install_nvml(tree, inventory, harness, tmp, name)
         shutil.copytree(fake["sysfs_root"], os.path.join(tree, FAKE_SYSFS_ROOT.lstrip("/")))
-        # The driver's /proc/driver entries (MIG capability minors), which the nvidia runtime binds into containers
+        # The driver's /proc/driver entries (MIG capability minors): lab-init binds them over the node's /proc/driver,
+        # driver-procfs-runc over each container's
         shutil.copytree(fake["proc_driver_root"], os.path.join(tree, FAKE_PROC_DRIVER.lstrip("/")))
         if os.path.exists(fake["dmi_product_file"]):
             shutil.copyfile(fake["dmi_product_file"], os.path.join(tree, FAKE_DMI_PRODUCT_FILE.lstrip("/")))
@@ -232,11 +233,12 @@ class Lab:
             shutil.copyfile(fake["dmi_product_file"], os.path.join(dmi, "product_name"))
         count = len(inventory["devices"])
         lines = ["# Written by lab/lab.py: the device nodes the NVIDIA driver (nvidia-modprobe/udev) would",
-                 "# create. They only need to exist; nothing behind them answers.",
-                 "c! /dev/nvidiactl 0666 root root - %d:255" % harness.NVIDIA_MAJOR,
-                 "c! /dev/nvidia-uvm 0666 root root - %d:0" % harness.UVM_MAJOR,
-                 "c! /dev/nvidia-uvm-tools 0666 root root - %d:1" % harness.UVM_MAJOR]
-        lines += ["c! /dev/nvidia%d 0666 root root - %d:%d" % (i, harness.NVIDIA_MAJOR, i) for i in range(count)]
+                 "# create. They only need to exist; nothing behind them answers."]
+        devices = harness.device_nodes(inventory)
+        if any(name.startswith("nvidia-caps/") for name in devices):
+            lines.append("d /dev/nvidia-caps 0755 root root -")
+        lines += ["c! /dev/%s 0666 root root - %d:%d" % (name, major, minor)
+                  for name, (major, minor) in sorted(devices.items())]
         with open(os.path.join(tree, "etc", "tmpfiles.d", "nvidia-fake-devices.conf"), "w") as handle:
             handle.write("\n".join(lines) + "\n")
         self._kubelet_files(name, tree, node_ip)
@@ -246,10 +248,7 @@ class Lab:
     def _install_nvml(tree, inventory, harness, tmp, name):
         """The node's NVML library: the fake, reading the node's inventory file, and carrying a copy of it for
         containers, where the real nvidia-container-runtime mounts the library alone (tests/fake_nvml/README.md);
-        under its versioned name with the libnvidia-ml.so.1 link, as a driver install puts it. A node with MIG
-        enabled keeps the lab's stand-in runtime (lab/node/nvidia_container_runtime.py), which binds the
-        inventory and the driver's /proc/driver entries into containers: the real runtime needs the driver's
-        nvidia-caps devices for MIG, which the lab does not fake yet."""
+        under its versioned name with the libnvidia-ml.so.1 link, as a driver install puts it."""
         build_dir = os.path.join(tmp, name + "-nvml")
         os.makedirs(build_dir)
         library = harness.build(build_dir, default_config=NVML_INVENTORY, builtin_config=inventory)
@@ -258,13 +257,6 @@ class Lab:
         versioned = "libnvidia-ml.so." + inventory["driver_version"]
         shutil.copyfile(library, os.path.join(library_dir, versioned))
         os.symlink(versioned, os.path.join(library_dir, "libnvidia-ml.so.1"))
-        if any((device.get("mig_mode") or [0])[0] for device in inventory["devices"]):
-            os.makedirs(os.path.join(tree, "usr", "bin"), exist_ok=True)
-            runtime = os.path.join(tree, "usr", "bin", "nvidia-container-runtime")
-            with open(os.path.join(LAB_DIR, "node", "nvidia_container_runtime.py")) as source:
-                with open(runtime, "w") as handle:
-                    handle.write("#!/usr/bin/python3\n" + source.read())
-            os.chmod(runtime, 0o755)
 
     def _create_node(self, name, case, harness, tmp, index):
         container = self.container(name)

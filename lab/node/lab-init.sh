@@ -13,4 +13,9 @@ if [ -d "$hierarchy" ]; then
         mount --bind "$(dirname "$own")" "$hierarchy"
     fi
 fi
+# The driver's /proc/driver entries (MIG's nvidia-caps/mig-minors), which its kernel modules would put into
+# procfs: the node's own, for the nvidia runtime (containers get them from driver-procfs-runc).
+if [ -d /var/lib/nvidia-fake/proc-driver ]; then
+    mount -o bind,ro /var/lib/nvidia-fake/proc-driver /proc/driver
+fi
 exec /sbin/init "$@"

@@ -37,6 +37,8 @@ struct nvml {
     nvmlReturn_t (*uuid)(nvmlDevice_t, char *, unsigned int);
     nvmlReturn_t (*memory)(nvmlDevice_t, nvmlMemory_t *);
     nvmlReturn_t (*pci)(nvmlDevice_t, nvmlPciInfo_t *);
+    nvmlReturn_t (*max_mig)(nvmlDevice_t, unsigned int *);
+    nvmlReturn_t (*mig_handle)(nvmlDevice_t, unsigned int, nvmlDevice_t *);
 };
 
 /* 0, or NVML_ERROR_LIBRARY_NOT_FOUND / NVML_ERROR_FUNCTION_NOT_FOUND with a message in why. */
@@ -63,6 +65,8 @@ static int nvml_load(struct nvml *n, char *why, size_t size)
     SYM(uuid, "nvmlDeviceGetUUID")
     SYM(memory, "nvmlDeviceGetMemoryInfo")
     SYM(pci, "nvmlDeviceGetPciInfo_v3")
+    SYM(max_mig, "nvmlDeviceGetMaxMigDeviceCount")
+    SYM(mig_handle, "nvmlDeviceGetMigDeviceHandleByIndex")
 #undef SYM
     return 0;
 }

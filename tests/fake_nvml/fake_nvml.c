@@ -317,6 +317,8 @@ static int cuda_version;
 /* How many nvmlInit calls no nvmlShutdown has matched yet: NVML keeps this reference count and shuts
  * down only when it drops to zero (the device plugin initialises in nested scopes). */
 static int initialized;
+/* Whether the configuration is the built-in copy, which answers in a container (load_config) */
+static int in_container;
 
 static int parse_uuid(const char *text, unsigned char out[16])
 {
@@ -356,6 +358,42 @@ static void load_not_supported(struct nvmlDevice_st *d, const struct json *list)
     for (item = list->child; item; item = item->next)
         if (item->type == J_STR && used + strlen(item->str) + 2 < sizeof d->not_supported)
             used += (size_t)sprintf(d->not_supported + used, "%s,", item->str);
+}
+
+/* The nvidia-caps minor the driver lists for a capability (`monitor`, `gpu0/gi1/ci0/access`) in
+ * /proc/driver/nvidia-caps/mig-minors, or -1. */
+static long mig_cap_minor(const char *capability)
+{
+    char line[128], name[96];
+    long minor, found = -1;
+    FILE *f = fopen("/proc/driver/nvidia-caps/mig-minors", "r");
+
+    if (!f) return -1;
+    while (found < 0 && fgets(line, sizeof line, f))
+        if (sscanf(line, "%95s %ld", name, &minor) == 2 && !strcmp(name, capability)) found = minor;
+    fclose(f);
+    return found;
+}
+
+static int mig_cap_device_exists(const char *capability)
+{
+    char path[64];
+    struct stat node;
+    long minor = mig_cap_minor(capability);
+
+    snprintf(path, sizeof path, "/dev/nvidia-caps/nvidia-cap%ld", minor);
+    return minor >= 0 && stat(path, &node) == 0 && S_ISCHR(node.st_mode);
+}
+
+/* In a container NVML sees a MIG device only with its capability's device node, or with the monitor
+ * capability's (which the nvidia runtime gives for NVIDIA_MIG_MONITOR_DEVICES=all). */
+static int mig_visible(unsigned int gpu_minor, unsigned int gpu_instance, unsigned int compute_instance)
+{
+    char capability[64];
+
+    if (!in_container || mig_cap_device_exists("monitor")) return 1;
+    snprintf(capability, sizeof capability, "gpu%u/gi%u/ci%u/access", gpu_minor, gpu_instance, compute_instance);
+    return mig_cap_device_exists(capability);
 }
 
 /* index: the device's place among those enumerated; position: its place in the configuration, the
@@ -405,20 +443,23 @@ static int load_device(unsigned int index, unsigned int position, const struct j
     mig = member(cfg, "mig_devices");
     for (mig = mig && mig->type == J_ARR ? mig->child : NULL; mig; mig = mig->next, slot++) {
         unsigned int at = (unsigned int)num_of(mig, "slot", slot);
+        unsigned int gi = (unsigned int)num_of(mig, "gpu_instance_id", at + 1);
+        unsigned int ci = (unsigned int)num_of(mig, "compute_instance_id", 0);
         struct nvmlDevice_st *m;
         if (at >= d->max_mig) {
             fprintf(stderr, "fake NVML: device %u: MIG slot %u >= max_mig_devices %u\n", index, at, d->max_mig);
             return -1;
         }
+        if (!mig_visible(d->minor, gi, ci)) continue;
         m = &migs[index][at];
         m->in_use = 1;
         m->parent = d;
         str_of(mig, "name", m->name, sizeof m->name);
         str_of(mig, "uuid", m->uuid, sizeof m->uuid);
         m->memory = (unsigned long long)num_of(mig, "memory_total", 0);
-        m->gpu_instance_id = (unsigned int)num_of(mig, "gpu_instance_id", at + 1);
+        m->gpu_instance_id = gi;
         m->gpu_instance_profile_id = (unsigned int)num_of(mig, "gpu_instance_profile_id", 0);
-        m->compute_instance_id = (unsigned int)num_of(mig, "compute_instance_id", 0);
+        m->compute_instance_id = ci;
         m->compute_instance_profile_id = (unsigned int)num_of(mig, "compute_instance_profile_id", 0);
         m->cc_major = d->cc_major;
         m->cc_minor = d->cc_minor;
@@ -506,7 +547,6 @@ static nvmlReturn_t load_config(void)
     const struct json *list;
     nvmlReturn_t rc = NVML_ERROR_UNKNOWN;
     char *text = path ? read_file(path) : NULL;
-    int in_container = 0;
     unsigned int position = 0;
     const char *p;
 
@@ -514,6 +554,7 @@ static nvmlReturn_t load_config(void)
     kernel_module[0] = '\0';
     memset(migs, 0, sizeof migs);
     device_count = 0;
+    in_container = 0;
     if (!text && !getenv("FAKE_NVML_CONFIG") && (text = builtin_copy())) {
         path = "the built-in configuration";
         in_container = 1;
@@ -712,9 +753,10 @@ nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNu
 nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
 {
     CHECK_DEVICE(device, "nvmlDeviceGetIndex");
-    if (device->parent) return NVML_ERROR_NOT_SUPPORTED;
     if (!index) return NVML_ERROR_INVALID_ARGUMENT;
-    *index = (unsigned int)(device - devices);
+    /* a MIG device's index is its place among its parent's MIG devices (what the toolkit names it by) */
+    *index = device->parent ? (unsigned int)(device - migs[device->parent - devices])
+                            : (unsigned int)(device - devices);
     return NVML_SUCCESS;
 }
 

@@ -27,6 +27,8 @@ PCI_CAP_ID_PM = 0x01
 PCI_CAP_ID_VNDR = 0x09
 PCI_CAP_ID_EXP = 0x10
 NVIDIA_MAJOR, UVM_MAJOR = 195, 508  # nvidia-uvm's major is dynamic on a real node
+NVIDIA_CAPS_MAJOR = 509  # as is nvidia-caps' (/dev/nvidia-caps/nvidia-cap<minor>)
+MIG_CONFIG_MINOR, MIG_MONITOR_MINOR = 1, 2
 LIBRARY_DIR = "usr/lib/x86_64-linux-gnu"
 
 
@@ -52,24 +54,32 @@ def build(directory, default_config=None, builtin_config=None):
     return target
 
 
+def device_nodes(config):
+    """{name under /dev: (major, minor)} of the character devices the driver makes for config's GPUs:
+    nvidia<minor> of each GPU, nvidiactl, nvidia-uvm, nvidia-uvm-tools, and with MIG devices their
+    nvidia-caps (mig_cap_devices)."""
+    devices = {"nvidiactl": (NVIDIA_MAJOR, 255), "nvidia-uvm": (UVM_MAJOR, 0), "nvidia-uvm-tools": (UVM_MAJOR, 1)}
+    for index, device in enumerate(config["devices"]):
+        minor = device.get("minor_number", index)
+        devices["nvidia%d" % minor] = (NVIDIA_MAJOR, minor)
+    devices.update(mig_cap_devices(config))
+    return devices
+
+
 def driver_install(root, library, config):
     """What a driver install puts under root for the GPUs of config (the fake's JSON schema), for tools that
     take a driver root and a device root: the NVML library under its versioned name
     (usr/lib/x86_64-linux-gnu/libnvidia-ml.so.<driver_version>) with its libnvidia-ml.so.1 link, and the
-    character devices nvidia<minor> of each GPU, nvidiactl, nvidia-uvm and nvidia-uvm-tools (mknod: root
-    only). Returns the library folder."""
+    character devices of device_nodes (mknod: root only). Returns the library folder."""
     library_dir = os.path.join(root, LIBRARY_DIR)
     os.makedirs(library_dir)
     versioned = "libnvidia-ml.so." + config["driver_version"]
     shutil.copyfile(library, os.path.join(library_dir, versioned))
     os.symlink(versioned, os.path.join(library_dir, "libnvidia-ml.so.1"))
-    devices = {"nvidiactl": (NVIDIA_MAJOR, 255), "nvidia-uvm": (UVM_MAJOR, 0), "nvidia-uvm-tools": (UVM_MAJOR, 1)}
-    for index, device in enumerate(config["devices"]):
-        minor = device.get("minor_number", index)
-        devices["nvidia%d" % minor] = (NVIDIA_MAJOR, minor)
     os.makedirs(os.path.join(root, "dev"))
-    for name, (major, minor) in devices.items():
+    for name, (major, minor) in device_nodes(config).items():
         path = os.path.join(root, "dev", name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(major, minor))
         os.chmod(path, 0o666)  # past the umask, as the driver's own nodes are
     return library_dir
@@ -137,17 +147,39 @@ def write_sysfs(root, functions, modules=()):
     return root
 
 
+def mig_cap_minor(gpu, gpu_instance, compute_instance=None):
+    """The nvidia-caps minor of a GPU instance's access capability, or of one of its compute instances', in
+    the driver's layout: config and monitor first, then for each GPU its 15 GPU instances, each followed by
+    its 8 compute instances."""
+    minor = 3 + gpu * 135 + gpu_instance * 9
+    return minor if compute_instance is None else minor + 1 + compute_instance
+
+
+def mig_cap_devices(config):
+    """{name under /dev: (major, minor)} of the nvidia-caps devices a driver makes for config's MIG devices
+    (their GPU and compute instances) and the config and monitor capabilities; {} without MIG devices."""
+    devices = {}
+    for index, gpu in enumerate(config["devices"]):
+        for mig in gpu.get("mig_devices") or ():
+            minor, gi, ci = gpu.get("minor_number", index), mig["gpu_instance_id"], mig.get("compute_instance_id", 0)
+            for cap in (mig_cap_minor(minor, gi), mig_cap_minor(minor, gi, ci)):
+                devices["nvidia-caps/nvidia-cap%d" % cap] = (NVIDIA_CAPS_MAJOR, cap)
+    if devices:
+        for cap in (MIG_CONFIG_MINOR, MIG_MONITOR_MINOR):
+            devices["nvidia-caps/nvidia-cap%d" % cap] = (NVIDIA_CAPS_MAJOR, cap)
+    return devices
+
+
 def write_mig_minors(root, gpus=32):
     """<root>/nvidia-caps/mig-minors as the driver's nvidia-caps module lists it under /proc/driver: the
-    device minor of each MIG capability (config, monitor, then for each GPU its 15 GPU instances, each
-    followed by its 8 compute instances). The device plugin maps a MIG device to its /dev/nvidia-caps
-    nodes through it."""
-    lines = ["config 1", "monitor 2"]
+    device minor of each MIG capability (mig_cap_minor). The device plugin and the toolkit map a MIG device to
+    its /dev/nvidia-caps nodes through it."""
+    lines = ["config %d" % MIG_CONFIG_MINOR, "monitor %d" % MIG_MONITOR_MINOR]
     for gpu in range(gpus):
         for gpu_instance in range(15):
-            minor = 3 + gpu * 135 + gpu_instance * 9
-            lines.append("gpu%d/gi%d/access %d" % (gpu, gpu_instance, minor))
-            lines.extend("gpu%d/gi%d/ci%d/access %d" % (gpu, gpu_instance, ci, minor + 1 + ci) for ci in range(8))
+            lines.append("gpu%d/gi%d/access %d" % (gpu, gpu_instance, mig_cap_minor(gpu, gpu_instance)))
+            lines.extend("gpu%d/gi%d/ci%d/access %d" % (gpu, gpu_instance, ci, mig_cap_minor(gpu, gpu_instance, ci))
+                         for ci in range(8))
     os.makedirs(os.path.join(root, "nvidia-caps"), exist_ok=True)
     with open(os.path.join(root, "nvidia-caps", "mig-minors"), "w") as handle:
         handle.write("\n".join(lines) + "\n")

@@ -123,7 +123,7 @@ def test_packages_ship_the_toolkits_programs_of_their_release(repo, tmp_path):
         root = tmp_path / version
         subprocess.run(['dpkg-deb', '--extract', os.path.join(
             repo['repo'], 'nvidia-container-toolkit-base_%s_amd64.deb' % version), str(root)], check=True)
-        upstream = version.split('-')[0]
+        upstream = version.split('-', maxsplit=1)[0]
         for program, first_line in (('nvidia-ctk', 'NVIDIA Container Toolkit CLI version ' + upstream),
                                     ('nvidia-container-runtime', 'NVIDIA Container Runtime version ' + upstream)):
             out = subprocess.run([str(root / 'usr' / 'bin' / program), '--version'], check=True,

@@ -6,8 +6,8 @@ without MIG enabled, the real `nvidia-ctk cdi generate` (lab/go, at the lab's pi
 the files `harness.driver_install` writes, and its CDI spec names every GPU by index and UUID, with that GPU's
 device node, and mounts the versioned NVML library; and the real nvidia-container-runtime, in its default
 mode, gives a container the GPUs its NVIDIA_VISIBLE_DEVICES names from the same files, and with the real runc
-a process in that container finds through NVML exactly those GPUs. This is what the real runtime will need
-on the lab's nodes; the expected values are the case's own."""
+a process in that container finds through NVML exactly those GPUs (and MIG devices). This is how the lab's
+nodes run the real runtime; the expected values are the case's own."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -18,6 +18,7 @@ import os
 import select
 import shutil
 import subprocess
+import sys
 import uuid
 
 import pytest
@@ -134,15 +135,25 @@ def test_real_runtime_gives_a_container_the_gpus_it_names(library, tmp_path, vis
 
 TOOLKIT = ('nvidia-container-runtime', 'nvidia-ctk', 'nvidia-cdi-hook')
 RUNC = '/usr/sbin/runc'
+PROCFS_RUNC = os.path.join(lab_scripts.ROOT, 'lab', 'node', 'driver_procfs_runc.py')
 
 
 @pytest.fixture(scope='module')
 def toolkit(tmp_path_factory):
-    """The toolkit's binaries under the names they are installed with: the runtime tells the nvidia-ctk of
-    its hooks from nvidia-cdi-hook by the file's name."""
+    """The toolkit's binaries under the names they are installed with (the runtime tells the nvidia-ctk of
+    its hooks from nvidia-cdi-hook by the file's name), and the lab's driver-procfs-runc with this test's paths
+    for the node's /proc/driver entries and for itself."""
     folder = tmp_path_factory.mktemp('toolkit')
     for program in TOOLKIT:
         os.symlink(str(gobuild.find_binary(program)), str(folder / program))
+    with open(PROCFS_RUNC) as handle:
+        source = handle.read()
+    for constant, value in (('PROC_DRIVER', str(folder / 'proc-driver')), ('SELF', str(folder / 'procfs-runc'))):
+        line = next(line for line in source.splitlines() if line.startswith(constant + ' = '))
+        source = source.replace(line, '%s = %r' % (constant, value))
+    (folder / 'procfs-runc').write_text('#!%s\n%s' % (sys.executable, source))
+    (folder / 'procfs-runc').chmod(0o755)
+    harness.write_mig_minors(str(folder / 'proc-driver'))
     return folder
 
 
@@ -174,12 +185,13 @@ def _bundle(path, probe, visible):
     (path / 'config.json').write_text(json.dumps(spec))
 
 
-def _run_container(runtime, bundle, env, output):
-    """runtime create, runc start, a wait for the container's process to end: returns what it printed."""
+def _run_container(create, bundle, env, output):
+    """create (a command line that creates the container as runc's create would), runc start, a wait for the
+    container's process to end: returns what it printed."""
     name = 'gpuready-test-' + uuid.uuid4().hex[:12]
     pid_file = bundle / 'container.pid'
     with open(str(output), 'w') as handle:
-        proc = subprocess.run([runtime, 'create', '--bundle', str(bundle), '--pid-file', str(pid_file), name],
+        proc = subprocess.run(create + ['create', '--bundle', str(bundle), '--pid-file', str(pid_file), name],
                               env=env, stdout=handle, stderr=subprocess.STDOUT, timeout=120, check=False)
     try:
         assert proc.returncode == 0, output.read_text()[-3000:]
@@ -195,20 +207,32 @@ def _run_container(runtime, bundle, env, output):
     return output.read_text()
 
 
-@pytest.mark.parametrize('visible, gpus', [('1', [1]), ('all', [0, 1, 2, 3]), ('none', []), (None, None)])
-def test_real_runtime_and_runc_run_a_container_whose_nvml_sees_the_gpus_it_names(tmp_path, toolkit, probe,
-                                                                                  visible, gpus):
+P4 = 'seed-4x-tesla-p4-driver-535'
+A100_MIG = 'dgx-a100-mig-single-time-slicing'
+RUNS = [(P4, '1', [1], None), (P4, 'all', [0, 1, 2, 3], None), (P4, 'none', [], None), (P4, None, None, None),
+        (A100_MIG, 'MIG of slot 1', [0], [1]), (A100_MIG, 'all', [0], list(range(7)))]
+
+
+@pytest.mark.parametrize('case_name, visible, gpus, migs', RUNS,
+                         ids=['%s-%s' % (run[0], str(run[1]).replace(' ', '-')) for run in RUNS])
+def test_real_runtime_and_runc_run_a_container_whose_nvml_sees_the_gpus_it_names(
+        tmp_path, toolkit, probe, case_name, visible, gpus, migs):
     """The whole way a GPU reaches a process on a node: the real runtime (default mode, its hooks through
-    the real nvidia-ctk) edits the bundle, the real runc creates the container, and the NVML probe in it
-    loads the driver's library the runtime mounted (the node's own copy, which carries the node's
-    inventory) and finds exactly the named GPUs, in order; `none` gives the library and no GPU, and without
-    the variable the container has no NVML at all, as under runc alone."""
+    the real nvidia-ctk) edits the bundle, the real runc creates the container (through the lab's
+    driver-procfs-runc, which gives it the driver's /proc/driver entries, as the lab's nodes run it), and the
+    NVML probe in it loads the driver's library the runtime mounted (the node's own copy, which carries the
+    node's inventory) and finds exactly the named GPUs, in order, and of a MIG-enabled GPU the MIG devices
+    named (all of them for `all`); `none` gives the library and no GPU, and without the variable the
+    container has no NVML at all, as under runc alone. The runtime runs in a mount namespace where the
+    node's /proc/driver entries are at /proc/driver, as lab-init puts them on a lab node."""
     if os.geteuid() != 0:
-        pytest.fail('runc and the device nodes of a driver install need root')
-    case = next(c for _s, c in cases.all_cases() if c['name'] == 'seed-4x-tesla-p4-driver-535')
+        pytest.fail('runc, mount namespaces and the device nodes of a driver install need root')
+    case = next(c for _s, c in cases.all_cases() if c['name'] == case_name)
     node = harness.node_from_case(case, str(tmp_path / 'node'))
     with open(node['config']) as handle:
         config = json.load(handle)
+    if visible == 'MIG of slot 1':
+        visible = config['devices'][0]['mig_devices'][1]['uuid']
     (tmp_path / 'library').mkdir()
     library = harness.build(str(tmp_path / 'library'), builtin_config=config)
     root = str(tmp_path / 'root')
@@ -216,17 +240,22 @@ def test_real_runtime_and_runc_run_a_container_whose_nvml_sees_the_gpus_it_names
     (tmp_path / 'xdg' / 'nvidia-container-runtime').mkdir(parents=True)
     (tmp_path / 'xdg' / 'nvidia-container-runtime' / 'config.toml').write_text(
         '[nvidia-container-cli]\nroot = "%s"\n\n[nvidia-container-runtime]\nruntimes = ["%s"]\n\n'
-        '[nvidia-ctk]\npath = "%s"\n' % (root, RUNC, toolkit / 'nvidia-ctk'))
+        '[nvidia-ctk]\npath = "%s"\n' % (root, toolkit / 'procfs-runc', toolkit / 'nvidia-ctk'))
     _bundle(tmp_path / 'bundle', probe, visible)
+    in_node_namespace = ['unshare', '--mount', '--propagation', 'private', 'sh', '-ec',
+                         'mount --bind "$0" /proc/driver; exec "$@"', str(toolkit / 'proc-driver')]
 
     printed = _run_container(
-        str(toolkit / 'nvidia-container-runtime'), tmp_path / 'bundle',
+        in_node_namespace + [str(toolkit / 'nvidia-container-runtime')], tmp_path / 'bundle',
         dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / 'xdg'), LD_LIBRARY_PATH=library_dir,
              FAKE_NVML_CONFIG=node['config']), tmp_path / 'container.log')
 
     if gpus is None:
         assert printed.startswith('NVML library not found'), printed
         return
-    expected = ['probe: GPU %d %s %s' % (position, config['devices'][i]['name'], config['devices'][i]['uuid'])
-                for position, i in enumerate(gpus)]
+    expected = []
+    for position, i in enumerate(gpus):
+        expected.append('probe: GPU %d %s %s' % (position, config['devices'][i]['name'], config['devices'][i]['uuid']))
+        expected += ['probe: GPU %d MIG device %d %s' % (position, slot, config['devices'][i]['mig_devices'][slot]['uuid'])
+                     for slot in migs or ()]
     assert printed.splitlines() == expected + ['probe: %d GPU(s) visible' % len(gpus)]
