@@ -55,8 +55,7 @@ import sys
 import tempfile
 import threading
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import lab_scripts  # noqa: E402  pylint: disable=wrong-import-position
+import lab_scripts  # tests/, the script's own folder when run as one
 
 PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
             "libnvidia-container-tools", "libnvidia-container1")
@@ -72,7 +71,7 @@ REVISION = "1"
 MAINTAINER_SCRIPTS = {
     "nvidia-container-toolkit-base": {
         "postinst": ("#!/bin/sh\nset -e\n"
-                     "# the runtime's configuration file: its defaults, and what an older one set and still applies\n"
+                     "# the runtime's configuration file: what it sets, and the defaults of what it does not\n"
                      "if [ \"$1\" = configure ]; then\n"
                      "    /usr/bin/nvidia-ctk --quiet config --config-file=/etc/nvidia-container-runtime/config.toml"
                      " --in-place\n"

@@ -477,13 +477,13 @@ static int load_device(unsigned int index, unsigned int position, const struct j
 #define DEFAULT_CONFIG NULL
 #endif
 
-/* Built with -DFAKE_NVML_BUILTIN_CONFIG_HEADER="inventory.h" (harness.build(builtin_config=...): a node's
- * own copy of the library), the fake also carries its node's configuration, as
+/* Built with -DFAKE_NVML_BUILTIN_CONFIG_HEADER="builtin_config.h" (harness.build(builtin_config=...): a
+ * node's own copy of the library), the fake also carries its node's configuration, as
  * `static const char builtin_config[]`. That copy answers where no configuration file is, which is in a
  * container: the nvidia runtime mounts the library alone, and real NVML there reaches the node's driver
  * through the device nodes it was given. So, like real NVML in a container, it enumerates only the GPUs
- * whose /dev/nvidia<minor> exists; the kernel module's sysfs folder is the node's, out of reach there,
- * and is not checked. */
+ * whose /dev/nvidia<minor> exists and the MIG devices mig_visible allows; the kernel module's sysfs folder
+ * is the node's, out of reach there, and is not checked. */
 #ifdef FAKE_NVML_BUILTIN_CONFIG_HEADER
 #include FAKE_NVML_BUILTIN_CONFIG_HEADER
 static char *builtin_copy(void) { return strdup(builtin_config); }

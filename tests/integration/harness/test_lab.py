@@ -56,7 +56,8 @@ def nvidia_class(lab_api):
     return with_nvidia_class(lab_api)
 
 
-GPU_SCRIPT = 'nvidia-smi -L; echo "smi-rc=$?"; %s; echo "probe-rc=$?"; ls /dev/ | grep nvidia || true' % PROBE
+GPU_SCRIPT = ('nvidia-smi -L; echo "smi-rc=$?"; %s; echo "probe-rc=$?"; ls /dev/ | grep nvidia || true; '
+              'head -2 /proc/driver/nvidia-caps/mig-minors' % PROBE)
 
 
 def test_nvidia_handler_all_gpus(nvidia_class):
@@ -67,6 +68,8 @@ def test_nvidia_handler_all_gpus(nvidia_class):
     assert 'smi-rc=0' in out and 'probe-rc=0' in out
     for dev in ('nvidia0', 'nvidia1', 'nvidia2', 'nvidia3', 'nvidiactl', 'nvidia-uvm', 'nvidia-uvm-tools'):
         assert re.search(r'^%s$' % dev, out, re.M), (dev, out)
+    # The driver's /proc/driver entries, which the kernel module shows in every procfs (here driver-procfs-runc)
+    assert out.endswith('config 1\nmonitor 2\n'), out
 
 
 def test_the_nodes_nvidia_runtime_is_the_toolkits_from_its_package(lab):
