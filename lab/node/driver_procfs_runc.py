@@ -1,7 +1,7 @@
 # Copyright (c) gpuready.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The kernel's part of the lab's fake driver: its /proc/driver entries in containers. Installed in a GPU node
-as /usr/local/sbin/driver-procfs-runc (python3 shebang added by lab/lab.py) and named as the low-level runtime
+as /usr/local/sbin/driver-procfs-runc (python3 shebang added by lab/build-image.sh) and named as the low-level runtime
 in the real nvidia-container-runtime's configuration (`[nvidia-container-runtime] runtimes`), so it runs for
 every container of containerd's handler nvidia, after the real runtime has edited the bundle.
 
