@@ -2,7 +2,8 @@
 # Copyright (c) gpuready.nvidia contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Controller side of containerd_nvidia_runtime: read the node's files, edit them here with tomlkit,
-validate on the node, then hand the write to containerd_config_file (checksum-guarded)."""
+validate on the node, then hand the write to containerd_config_file (checksum-guarded). With
+applied_record, a re-run on files that still hold what this edit last left stops before tomlkit."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -14,7 +15,12 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.gpuready.nvidia.plugins.module_utils import containerd_applied as applied
+from ansible_collections.gpuready.nvidia.plugins.module_utils import containerd_checks, containerd_dropin
 from ansible_collections.gpuready.nvidia.plugins.module_utils import containerd_config as engine
+from ansible_collections.gpuready.nvidia.plugins.module_utils import containerd_entry, containerd_marks
+from ansible_collections.gpuready.nvidia.plugins.module_utils import containerd_state, containerd_toml
+from ansible_collections.gpuready.nvidia.plugins.module_utils import containerd_versions
 from ansible_collections.gpuready.nvidia.plugins.module_utils.containerd_argspec import ARGUMENT_SPEC
 from ansible_collections.gpuready.nvidia.plugins.module_utils.containerd_checks import (
     dump_problem, kubelet_systemd_cgroup, semantic_problems)
@@ -25,6 +31,10 @@ from ansible_collections.gpuready.nvidia.plugins.module_utils import k3s_contain
 
 NODE_MODULE = "gpuready.nvidia.containerd_config_file"
 DEFAULT_CONFIG = "/etc/containerd/config.toml"
+# The code that shapes the edit, this file included: a record made by other code never matches.
+ENGINE_SOURCES = tuple(m.__file__ for m in (engine, containerd_checks, containerd_dropin, containerd_entry,
+                                            containerd_marks, containerd_state, containerd_toml,
+                                            containerd_versions, k3s_containerd)) + (__file__,)
 
 
 class ActionModule(ActionBase):
@@ -70,9 +80,13 @@ class ActionModule(ActionBase):
         paths = [path] + ([drop_in] if drop_in else [])
         facts = self._node(task_vars, op="read", paths=paths,
                            containerd_binary=params["containerd_binary"],
-                           kubelet_config=params["kubelet_config"])
+                           kubelet_config=params["kubelet_config"],
+                           applied_record=params["applied_record"])
         files = facts["files"]
         version = facts.get("containerd_version")
+        record = self._record(params, path, paths, facts)
+        if record and record["known"] is not None:
+            return self._unchanged(record["known"])
         major = int(version.split(".")[0]) if version else None
         request = self._request(params, major, facts.get("kubelet_config_text"))
         config, dropped = files[path], files.get(drop_in) if drop_in else None
@@ -89,30 +103,57 @@ class ActionModule(ActionBase):
         changes = [(p, files[p], new) for p, new in ((path, outcome.config_text),
                                                      (drop_in, outcome.drop_in_text)) if p]
         changes = [(p, old, new) for p, old, new in changes if old["content"] != new]
+        summary = _summary(outcome)  # what a re-run reports: before validation adds its own warnings
         if changes and params["validate"] and request.state == "present":
             self._validate(params, outcome, major, drop_in, task_vars)
 
-        return self._write(params, changes, outcome, task_vars)
+        return self._write(params, changes, outcome, task_vars, record, summary)
 
-    def _write(self, params, changes, outcome, task_vars):
-        """Hand the changed files to the node (unless check mode) and build the result."""
+    def _record(self, params, main_path, paths, facts):
+        """The applied record's view of this run (None without applied_record): its fingerprint, what the
+        node shows now and, when the record says this edit already left exactly that, its result."""
+        if not params["applied_record"]:
+            return None
+        fingerprint = applied.fingerprint(params, applied.engine_identity(ENGINE_SOURCES, containerd_toml.tomlkit.__version__))
+        observed = applied.observation(((p, facts["files"][p]["checksum"]) for p in paths),
+                                       facts.get("containerd_version"), facts.get("kubelet_config_text"))
+        text = facts.get("applied_record_text")
+        return {"main": main_path, "fingerprint": fingerprint, "observed": observed, "text": text,
+                "known": applied.applied_result(text, main_path, fingerprint, observed)}
+
+    def _unchanged(self, known):
+        """The result of a run the applied record shows to be a no-op (tomlkit never ran)."""
+        return dict(known, changed=False, diff=[], restart_required=False, backups={}, files=[],
+                    warnings=known.get("warnings", []), applied_record_matched=True)
+
+    def _write(self, params, changes, outcome, task_vars, record, summary):
+        """Hand the changed files and the new applied record to the node (unless check mode) and build
+        the result."""
         written = {"written": [p for p, _o, _n in changes], "backups": {}}
-        if changes and not self._task.check_mode:
+        record_text = None
+        if record and not self._task.check_mode:
+            after = dict(record["observed"]["files"])
+            after.update((p, applied.sha256_text(new)) for p, _old, new in changes)
+            record_text = applied.updated_record(record["text"], record["main"], record["fingerprint"],
+                                                 dict(record["observed"], files=after), summary)
+        if (changes or record_text) and not self._task.check_mode:
             written = self._node(task_vars, op="write", backup=params["backup"],
                                  files=[{"path": p, "content": new, "checksum": old["checksum"]}
-                                        for p, old, new in changes])
-        return {
+                                        for p, old, new in changes],
+                                 applied_record=params["applied_record"] if record_text else None,
+                                 applied_record_content=record_text)
+        result = dict(summary, warnings=outcome.warnings)
+        result.update({
             "changed": bool(changes),
             "diff": [{"before_header": p, "after_header": p, "before": old["content"] or "",
                       "after": new or ""} for p, old, new in changes],
-            "config_version": outcome.config_version,
-            "runtime_table": outcome.runtime_table,
-            "default_runtime_name": outcome.default_runtime_name,
             "restart_required": bool(changes),
             "backups": written.get("backups", {}),
             "files": written.get("written", []),
-            "warnings": outcome.warnings,
-        }
+        })
+        if record:
+            result["applied_record_matched"] = False
+        return result
 
     def _run_k3s(self, params, task_vars):
         """k3s/RKE2 render config.toml themselves: read it, write only files they read (see k3s_containerd)."""
@@ -124,7 +165,12 @@ class ActionModule(ActionBase):
         candidates.append(k3s_containerd.default_runtime_file(config_dir, params["runtime_name"]))
         if params["drop_in"]:
             candidates.append(params["drop_in"])
-        files = self._node(task_vars, op="read", paths=[rendered] + candidates)["files"]
+        facts = self._node(task_vars, op="read", paths=[rendered] + candidates,
+                           applied_record=params["applied_record"])
+        files = facts["files"]
+        record = self._record(params, rendered, [rendered] + candidates, facts)
+        if record and record["known"] is not None:
+            return self._unchanged(record["known"])
         try:
             wanted, outcome = k3s_containerd.plan(
                 flavor, rendered, files[rendered]["content"], dict((p, files[p]["content"]) for p in candidates),
@@ -132,9 +178,7 @@ class ActionModule(ActionBase):
         except ConfigError as exc:
             raise AnsibleActionFail(to_text(exc))
         changes = [(p, files[p], new) for p, new in sorted(wanted.items())]
-        result = self._write(params, changes, outcome, task_vars)
-        result["restart_service"] = flavor
-        return result
+        return self._write(params, changes, outcome, task_vars, record, dict(_summary(outcome), restart_service=flavor))
 
     def _request(self, params, containerd_major, kubelet_text):
         if params["config_version"] == "auto":
@@ -180,3 +224,9 @@ class ActionModule(ActionBase):
                                outcome.default_runtime_name)
         if problem:
             raise AnsibleActionFail("validation failed, nothing written: containerd %s" % problem)
+
+
+def _summary(outcome):
+    """The result fields that depend only on the edit (a no-op re-run reports them too)."""
+    return {"config_version": outcome.config_version, "runtime_table": outcome.runtime_table,
+            "default_runtime_name": outcome.default_runtime_name, "warnings": list(outcome.warnings)}

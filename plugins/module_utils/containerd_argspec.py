@@ -28,4 +28,5 @@ ARGUMENT_SPEC = dict(
     state=dict(type="str", default="present", choices=["present", "absent"]),
     backup=dict(type="bool", default=False),
     validate=dict(type="bool", default=True),
+    applied_record=dict(type="path"),
 )

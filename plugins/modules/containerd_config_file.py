@@ -86,6 +86,15 @@ options:
       - With O(op=validate), the C(imports) entry of the main config that points at the second file's
         folder; it is rewritten to the temporary copy so that the pair is validated together.
     type: str
+  applied_record:
+    description:
+      - With O(op=read), a file to return as RV(applied_record_text) (V(null) when it does not exist).
+      - With O(op=write) and O(applied_record_content), the file to replace with that content (mode
+        C(0600)) after the files, not in check mode. It is not counted in RV(written) or C(changed).
+    type: path
+  applied_record_content:
+    description: With O(op=write), the new content of O(applied_record).
+    type: str
 """
 
 EXAMPLES = r"""
@@ -119,6 +128,10 @@ kubelet_config_text:
   description: Content of O(kubelet_config), V(null) when it does not exist.
   returned: op=read
   type: str
+applied_record_text:
+  description: Content of O(applied_record), V(null) when it does not exist or none was named.
+  returned: op=read
+  type: str
 dump:
   description: Output of C(containerd config dump) for the validated files.
   returned: op=validate
@@ -148,6 +161,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_text
 
 NEW_FILE_MODE = 0o644
+RECORD_FILE_MODE = 0o600
 # containerd configs are a few KiB; a runaway file must not be shipped to the controller.
 MAX_FILE_SIZE = 4 * 1024 * 1024
 VERSION_RE = re.compile(r"\bv?(\d+)\.(\d+)\.(\d+)\S*")
@@ -240,9 +254,11 @@ def _containerd_version(module, binary):
 
 def _op_read(module):
     params = module.params
-    result = {"files": {}, "containerd_version": None, "kubelet_config_text": None}
+    result = {"files": {}, "containerd_version": None, "kubelet_config_text": None, "applied_record_text": None}
     for path in params["paths"]:
         result["files"][path] = _read(path)
+    if params["applied_record"]:
+        result["applied_record_text"] = _read(params["applied_record"])["content"]
     if params["containerd_binary"]:
         result["containerd_version"] = _containerd_version(module, params["containerd_binary"])
     kubelet = params["kubelet_config"]
@@ -349,7 +365,21 @@ def _op_write(module):
             except (IOError, OSError) as exc:
                 raise FileError("%s: cannot write: %s; %s"
                                 % (spec["path"], exc.strerror or exc, _roll_back(module, done)))
+        if params["applied_record"] and params["applied_record_content"] is not None and not module.check_mode:
+            _write_record(module, params["applied_record"], params["applied_record_content"])
     return result
+
+
+def _write_record(module, path, content):
+    """The applied record, private to root. A failure here leaves the config files as written (it only
+    costs the next run its shortcut) but is still an error."""
+    try:
+        _atomic_write(module, _target(path), to_bytes(content), None, RECORD_FILE_MODE)
+    except FileError as exc:
+        raise FileError("cannot write the applied record: %s (the config files were written)" % exc)
+    except (IOError, OSError) as exc:
+        raise FileError("cannot write the applied record %s: %s (the config files were written)"
+                        % (path, exc.strerror or exc))
 
 
 def _snapshot(target, current):
@@ -378,9 +408,9 @@ def _roll_back(module, done):
     return "nothing was changed"
 
 
-def _atomic_write(module, target, data, old_stat):
+def _atomic_write(module, target, data, old_stat, new_mode=NEW_FILE_MODE):
     """Write to a temporary file next to target, then rename it over target. The temporary file
-    takes the mode and owner of the file it replaces (old_stat), or NEW_FILE_MODE. OSError goes to
+    takes the mode and owner of the file it replaces (old_stat), or new_mode. OSError goes to
     the caller, which rolls back; the temporary file never stays behind."""
     folder = os.path.dirname(target)
     if not os.path.isdir(folder):
@@ -392,7 +422,7 @@ def _atomic_write(module, target, data, old_stat):
             handle.flush()
             os.fsync(handle.fileno())
         if old_stat is None:
-            os.chmod(tmp, NEW_FILE_MODE)
+            os.chmod(tmp, new_mode)
         else:
             os.chmod(tmp, stat.S_IMODE(old_stat.st_mode))
             os.chown(tmp, old_stat.st_uid, old_stat.st_gid)
@@ -417,6 +447,8 @@ ARGUMENT_SPEC = dict(
     kubelet_config=dict(type="path"),
     backup=dict(type="bool", default=False),
     import_rewrite=dict(type="str"),
+    applied_record=dict(type="path"),
+    applied_record_content=dict(type="str"),
 )
 
 

@@ -165,6 +165,16 @@ options:
       - Without a containerd binary on the node the dump is skipped with a warning.
     type: bool
     default: true
+  applied_record:
+    description:
+      - A file on the node where the module records what it left in the config files (their SHA-256
+        checksums, with a fingerprint of the options, the engine's code, the tomlkit version, the
+        containerd version and the kubelet config). A later run whose files and fingerprint match the
+        record is a no-op known without parsing the files, and reports the recorded result.
+      - Any difference takes the full path, among them a file changed by someone else; the record is then
+        rewritten. One file holds an entry per O(path); it is created with mode C(0600), never in check mode.
+      - Omitted, nothing is recorded and every run parses the files.
+    type: path
 seealso:
   - name: nvidia-ctk runtime configure
     description: The NVIDIA Container Toolkit's own command.
@@ -183,6 +193,11 @@ EXAMPLES = r"""
     set_as_default: true
     enable_cdi: true
     backup: true
+
+- name: Re-runs on unchanged files skip the parse (the containerd_runtime role does this)
+  gpuready.nvidia.containerd_nvidia_runtime:
+    set_as_default: true
+    applied_record: /var/lib/gpuready/containerd_runtime_applied.json
 
 - name: Remove it again
   gpuready.nvidia.containerd_nvidia_runtime:
@@ -230,6 +245,10 @@ restart_service:
   returned: flavor is k3s or rke2
   type: str
   sample: k3s
+applied_record_matched:
+  description: V(true) when O(applied_record) showed this run to be a no-op and the files were not parsed.
+  returned: O(applied_record) is set
+  type: bool
 diff:
   description: One before/after entry per changed file, rendered by Ansible as a unified diff with C(--diff).
   returned: changed

@@ -194,3 +194,78 @@ def test_real_config_result_loads_in_real_containerd(real_config_runs, node_file
     assert status["runtime_ready"], status["conditions"]
     assert status["default_runtime_name"] == "nvidia"
     assert status["runtimes"]["nvidia"]["options"]["BinaryName"] == "/usr/bin/nvidia-container-runtime"
+
+
+def test_applied_record_skips_only_a_true_no_op(tmp_path, containerd_binaries):
+    """Through ansible-playbook: a re-run on files the record matches is known unchanged; a file someone
+    else edited, a changed kubelet cgroup driver or another option takes the full path and is set right."""
+    config, kubelet, record = (str(tmp_path / n) for n in ("config.toml", "kubelet.yaml", "state/applied.json"))
+    with open(config, "w") as handle:  # no runc: SystemdCgroup follows the kubelet's cgroupDriver
+        handle.write('version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\n  snapshotter = "overlayfs"\n')
+    with open(kubelet, "w") as handle:
+        handle.write("cgroupDriver: systemd\n")
+    args = {"path": config, "set_as_default": True, "kubelet_config": kubelet, "applied_record": record,
+            "containerd_binary": containerd_binaries["1.7"]}
+
+    def run(name, **task):
+        return dict({"name": name, MODULE: args, "register": name}, **task)
+
+    def someone_else(name, regexp, line, path=config):
+        return {"name": name, "ansible.builtin.lineinfile": {"path": path, "regexp": regexp, "line": line}}
+
+    def record_sha(name):
+        return {"name": name, "ansible.builtin.stat": {"path": record, "checksum_algorithm": "sha256"},
+                "register": name}
+
+    tasks = [run("first"), run("again"),
+             someone_else("edit", "default_runtime_name", '  default_runtime_name = "runc"'),
+             record_sha("record_before"), run("check", check_mode=True), record_sha("record_after_check"),
+             run("repair"), run("repaired"),
+             someone_else("cgroupfs", "cgroupDriver", "cgroupDriver: cgroupfs", kubelet), run("kubelet"),
+             {"name": "cdi", MODULE: dict(args, enable_cdi=True), "register": "cdi"}]
+    proc, results = run_tasks(str(tmp_path), tasks)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    first, again, check, repair, repaired = (results[n] for n in ("first", "again", "check", "repair", "repaired"))
+
+    assert first["changed"] and first["applied_record_matched"] is False
+    assert stat.S_IMODE(os.stat(record).st_mode) == 0o600
+    assert again["changed"] is False and again["applied_record_matched"] is True
+    assert again["default_runtime_name"] == "nvidia" and again["config_version"] == 2
+    assert again["runtime_table"] == first["runtime_table"]
+    # check mode sees the other writer's edit, changes nothing and leaves the record as it was
+    assert check["changed"] and check["applied_record_matched"] is False
+    assert results["record_after_check"]["stat"]["checksum"] == results["record_before"]["stat"]["checksum"]
+    assert repair["changed"] and repair["applied_record_matched"] is False and repair["default_runtime_name"] == "nvidia"
+    assert repaired["changed"] is False and repaired["applied_record_matched"] is True
+    after_repair = tomllib.loads(repair["diff"][0]["after"])["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
+    assert after_repair["default_runtime_name"] == "nvidia"
+    assert after_repair["runtimes"]["nvidia"]["options"]["SystemdCgroup"] is True
+    # the kubelet moved to cgroupfs: the full path runs, and the runtime follows it
+    kubelet_run = results["kubelet"]
+    assert kubelet_run["applied_record_matched"] is False and kubelet_run["changed"]
+    assert results["cdi"]["changed"] and results["cdi"]["applied_record_matched"] is False
+    final = tomllib.loads(cases.read_text(config))["plugins"]["io.containerd.grpc.v1.cri"]
+    assert final["containerd"]["runtimes"]["nvidia"]["options"]["SystemdCgroup"] is False
+    assert final["enable_cdi"] is True and final["containerd"]["default_runtime_name"] == "nvidia"
+
+
+def test_applied_record_with_k3s(tmp_path):
+    """k3s renders config.toml itself: the record covers the rendered file and the files we own beside it."""
+    rendered = tmp_path / "agent" / "etc" / "containerd" / "config.toml"
+    rendered.parent.mkdir(parents=True)
+    rendered.write_text('version = 3\n[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]\n'
+                        '  runtime_type = "io.containerd.runc.v2"\n')
+    args = {"flavor": "k3s", "path": str(rendered), "flavor_config_dir": str(tmp_path / "rancher"),
+            "set_as_default": True, "applied_record": str(tmp_path / "applied.json")}
+    tasks = [{"name": n, MODULE: args, "register": n} for n in ("first", "again")]
+    tasks.append({"name": "k3s re-renders", "ansible.builtin.lineinfile": {
+        "path": str(rendered), "line": '  runtime_type = "io.containerd.runc.v2" # rendered anew',
+        "regexp": "runtime_type"}})
+    tasks.append({"name": "after", MODULE: args, "register": "after"})
+    proc, results = run_tasks(str(tmp_path), tasks)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    first, again, after = results["first"], results["again"], results["after"]
+    assert first["changed"] and first["applied_record_matched"] is False and first["restart_service"] == "k3s"
+    assert again["changed"] is False and again["applied_record_matched"] is True
+    assert again["restart_service"] == "k3s" and again["default_runtime_name"] == first["default_runtime_name"]
+    assert after["applied_record_matched"] is False and after["changed"] is False

@@ -147,6 +147,50 @@ def test_a_good_write_still_keeps_mode_and_writes(tmp_path):
     assert stat.S_IMODE(os.stat(drop_in).st_mode) == 0o644
 
 
+def test_the_applied_record_is_read_and_written_beside_the_files(tmp_path):
+    config = str(tmp_path / "config.toml")
+    record = str(tmp_path / "state" / "applied.json")
+    _write(config, V2)
+    read = node._op_read(_module({"op": "read", "paths": [config], "applied_record": record}))
+    assert read["applied_record_text"] is None
+    # a record only: written private to root, neither counted as written nor as a change
+    result = node._op_write(_module({"op": "write", "files": [], "applied_record": record,
+                                     "applied_record_content": '{"format": 1}\n'}))
+    assert result == {"written": [], "backups": {}, "changed": False}
+    assert _bytes(record) == b'{"format": 1}\n' and stat.S_IMODE(os.stat(record).st_mode) == 0o600
+    read = node._op_read(_module({"op": "read", "paths": [config], "applied_record": record}))
+    assert read["applied_record_text"] == '{"format": 1}\n'
+    # with a file: the file first, then the record; a loosened mode is put back to 0600
+    os.chmod(record, 0o644)
+    result = node._op_write(_module({"op": "write", "files": [_spec(config, "version = 2\n")],
+                                     "applied_record": record, "applied_record_content": "{}\n"}))
+    assert result["written"] == [config] and _bytes(config) == b"version = 2\n"
+    assert _bytes(record) == b"{}\n" and stat.S_IMODE(os.stat(record).st_mode) == 0o600
+
+
+def test_check_mode_writes_no_applied_record(tmp_path):
+    config = str(tmp_path / "config.toml")
+    record = str(tmp_path / "applied.json")
+    _write(config, V2)
+    module = _module({"op": "write", "files": [_spec(config, "version = 2\n")], "applied_record": record,
+                      "applied_record_content": "{}\n", "_ansible_check_mode": True})
+    assert node._op_write(module)["changed"]
+    assert not os.path.exists(record) and _bytes(config) == V2.encode()
+
+
+def test_an_applied_record_that_cannot_be_written_is_an_error_after_the_files(tmp_path):
+    config = str(tmp_path / "config.toml")
+    record = str(tmp_path / "record-is-a-folder")
+    os.mkdir(record)
+    _write(config, V2)
+    with pytest.raises(node.FileError, match="cannot write the applied record: .*record-is-a-folder is a directory"):
+        node._op_write(_module({"op": "write", "files": [_spec(config, "version = 2\n")],
+                                "applied_record": record, "applied_record_content": "{}\n"}))
+    assert _bytes(config) == b"version = 2\n"
+    with pytest.raises(node.FileError, match="record-is-a-folder is a directory"):
+        node._op_read(_module({"op": "read", "paths": [config], "applied_record": record}))
+
+
 def _read_as_nobody(path):
     """node._read in a child that dropped root (tests run as root, and root reads everything)."""
     reader, writer = os.pipe()
