@@ -4,7 +4,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """make bench: our figures as ratios against a baseline measured in the same run (bench/README.md).
 
-    python bench/bench.py [--smoke] [--out DIR] [NAME ...]     NAME: site labels validate wait overhead
+    python bench/bench.py [--smoke] [--out DIR] [NAME ...]     NAME: site nodes labels validate doctor wait overhead
 
 Each benchmark writes DIR/<name>.json (name, figure, unit, baseline, ratio, goal, met, machine, date,
 extrapolated, details) and DIR/SUMMARY.md sums them up. --smoke runs the smallest sizes only (make test).
@@ -14,11 +14,14 @@ Run with tools/test-env.sh sourced, as root (the site benchmark starts lab nodes
 from __future__ import absolute_import, division, print_function
 
 import argparse
+import concurrent.futures
 import datetime
 import json
+import multiprocessing
 import os
 import platform
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -42,11 +45,11 @@ def _machine():
 
 
 def record(out, name, figure, unit, baseline, baseline_figure, goal, met, extrapolated=False, details=None):
-    """Write one result; ratio = ours / baseline."""
+    """Write one result; ratio = ours / baseline; met None: a figure reported, with no goal to meet."""
     result = {'name': name, 'figure': round(figure, 4), 'unit': unit,
               'baseline': {'what': baseline, 'figure': round(baseline_figure, 4)},
               'ratio': round(figure / baseline_figure, 4) if baseline_figure else None,
-              'goal': goal, 'met': bool(met), 'machine': _machine(),
+              'goal': goal, 'met': None if met is None else bool(met), 'machine': _machine(),
               'date': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
               'extrapolated': bool(extrapolated), 'details': details or {}}
     with open(os.path.join(out, name + '.json'), 'w') as handle:
@@ -67,6 +70,18 @@ def _timed_tasks(work, tasks, **kwargs):
     return time.monotonic() - started
 
 
+def _timed_tasks_rss(work, tasks):
+    """(seconds, MiB): _timed_tasks in a fresh forked process, whose RUSAGE_CHILDREN then covers only this
+    run: the peak resident memory of its largest process (ansible-playbook, its workers or the module)."""
+    with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context('fork')) as pool:
+        return pool.submit(_timed_tasks_with_rss, work, tasks).result()
+
+
+def _timed_tasks_with_rss(work, tasks):
+    seconds = _timed_tasks(work, tasks)
+    return seconds, round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0, 1)
+
+
 def _auth(cluster):
     return {'kubeconfig': cluster.kubeconfig()}
 
@@ -81,10 +96,10 @@ def _label_ours(cluster, work, names):
     nodes = [{'name': n, 'labels': PRESENT} for n in names]
     task = {'name': 'label', 'register': 'r', 'gpuready.nvidia.k8s_gpu_labels': dict(_auth(cluster), nodes=nodes)}
     cluster.clear_requests()
-    seconds = _timed_tasks(work, [task])
+    seconds, rss = _timed_tasks_rss(work, [task])
     requests = _requests(cluster)
     # Node requests, and those made once per call (the NodeFeature LIST behind respect_gfd)
-    return seconds, len([r for r in requests if r['resource'] == 'nodes']), len(requests)
+    return seconds, len([r for r in requests if r['resource'] == 'nodes']), len(requests), rss
 
 
 def _label_kubernetes_core(cluster, work, names):
@@ -119,7 +134,8 @@ def bench_labels(out, work, smoke):
             first = _label_ours(cluster, os.path.join(work, 'l%d-1' % n), names)
             again = _label_ours(cluster, os.path.join(work, 'l%d-2' % n), names)
             row = {'ours_first_s': first[0], 'ours_first_node_requests': first[1], 'ours_first_requests': first[2],
-                   'ours_rerun_s': again[0], 'ours_rerun_node_requests': again[1], 'ours_rerun_requests': again[2]}
+                   'ours_first_peak_rss_mib': first[3], 'ours_rerun_s': again[0],
+                   'ours_rerun_node_requests': again[1], 'ours_rerun_requests': again[2]}
             if n in baseline_sizes:
                 names = cluster.add_nodes(n, prefix='bench-%d-k-' % n)
                 kc = _label_kubernetes_core(cluster, os.path.join(work, 'k%d' % n), names)
@@ -177,7 +193,7 @@ def bench_validate(out, work, smoke):
         task = {'name': 'validate', 'register': 'r', 'gpuready.nvidia.k8s_gpu_validate': dict(
             _auth(cluster), expected=expected, test_pod=False, page_size=500)}
         cluster.clear_requests()
-        ours_s = _timed_tasks(os.path.join(work, 'v-ours'), [task])
+        ours_s, ours_rss = _timed_tasks_rss(os.path.join(work, 'v-ours'), [task])
         requests = _requests(cluster)
         loop = {'name': 'read', 'register': 'r', 'loop': names[:base],
                 'kubernetes.core.k8s_info': dict(_auth(cluster), kind='Node', name='{{ item }}')}
@@ -187,7 +203,7 @@ def bench_validate(out, work, smoke):
     lists = [r for r in requests if r['verb'] == 'list']
     watches = [r for r in requests if r['verb'] == 'watch']
     details = {'nodes': n, 'ours_requests': len(requests), 'ours_lists': len(lists), 'ours_watches': len(watches),
-               'loop_nodes_measured': base, 'loop_s_measured': loop_s, 'loop_requests_measured': loop_requests}
+               'ours_peak_rss_mib': ours_rss, 'loop_nodes_measured': base, 'loop_s_measured': loop_s, 'loop_requests_measured': loop_requests}
     baseline_s = loop_s * n / base
     return record(out, 'validate_%d_nodes' % n, ours_s, 's',
                   'kubernetes.core.k8s_info per node in a loop, measured at N=%d%s'
@@ -195,6 +211,41 @@ def bench_validate(out, work, smoke):
                   'O(1) paginated label-selected LISTs plus at most one WATCH; wall time < 0.2x the loop',
                   len(lists) <= -(-n // 500) + 1 and len(watches) <= 1 and ours_s < 0.2 * baseline_s,
                   extrapolated=n != base, details=details)
+
+
+def bench_doctor(out, work, smoke):
+    """The doctor's API evidence for N nodes: k8s_gpu_doctor with every node uninspected (the API side of
+    the evidence is read all the same), its requests counted per resource and verb."""
+    n, base = (20, 20) if smoke else (1000, 50)
+    with _Cluster(work, 'doctor') as cluster:
+        names = _fleet(cluster, n)
+        task = {'name': 'doctor', 'register': 'r', 'gpuready.nvidia.k8s_gpu_doctor': dict(
+            _auth(cluster), nodes=dict((name, None) for name in names))}
+        cluster.clear_requests()
+        ours_s, ours_rss = _timed_tasks_rss(os.path.join(work, 'd-ours'), [task])
+        requests = _requests(cluster)
+        # What a playbook gathers per node with kubernetes.core: the Node and the pods on it
+        loop = [{'name': 'node', 'loop': names[:base],
+                 'kubernetes.core.k8s_info': dict(_auth(cluster), kind='Node', name='{{ item }}')},
+                {'name': 'pods', 'loop': names[:base], 'kubernetes.core.k8s_info': dict(
+                    _auth(cluster), kind='Pod', field_selectors=['spec.nodeName={{ item }}'])}]
+        cluster.clear_requests()
+        loop_s, loop_rss = _timed_tasks_rss(os.path.join(work, 'd-loop'), loop)
+        loop_requests = len(_requests(cluster))
+    per_kind = {}
+    for r in requests:
+        key = '%s %s' % (r['verb'], r['resource'])
+        per_kind[key] = per_kind.get(key, 0) + 1
+    pages = -(-n // 500)
+    details = {'nodes': n, 'ours_requests': len(requests), 'ours_requests_by_verb_and_resource': per_kind,
+               'ours_peak_rss_mib': ours_rss, 'loop_nodes_measured': base, 'loop_s_measured': loop_s,
+               'loop_requests_measured': loop_requests, 'loop_peak_rss_mib': loop_rss}
+    return record(out, 'doctor_%d_nodes' % n, ours_s, 's',
+                  'kubernetes.core.k8s_info per node (its Node, its pods), measured at N=%d%s'
+                  % (base, ', scaled linearly to %d' % n if n != base else ''), loop_s * n / base,
+                  'one paginated LIST per kind (%d page(s) of Nodes, 1 of pods), no request per node' % pages,
+                  per_kind.get('list nodes') == pages and per_kind.get('list pods') == 1
+                  and not per_kind.get('get nodes'), extrapolated=n != base, details=details)
 
 
 def _latency(notice, cluster, name, delay=2.0):
@@ -317,48 +368,109 @@ def _changed(output):
     return sum(int(m) for m in re.findall(r'changed=(\d+)', output.split('PLAY RECAP', 1)[-1]))
 
 
-def bench_site(out, work, smoke):
-    import importlib.util
-    import apt_repo
-    import offline_wheels
-    spec = importlib.util.spec_from_file_location('lab', os.path.join(ROOT, 'lab', 'lab.py'))
-    lab_module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(lab_module)
-    lab = lab_module.Lab(prefix='gpuready-bench-', run_dir=os.path.join(work, 'lab'))
-    wheels = os.path.join(work, 'wheels')
-    offline_wheels.build(wheels)
-    repo = os.path.join(work, 'apt-repo')
-    apt_repo.build(repo)
-    url, stop = apt_repo.serve(repo)
-    try:
-        lab.up()
-        exports = lab.exports()
-        env = dict(os.environ, ANSIBLE_NOCOLOR='1', **lab.ansible_env())
+class _SiteLab(object):
+    """A fresh lab of its own (prefix gpuready-bench-) with the air-gap sources site.yml needs, as make demo
+    gives them: `run(playbook)` runs a playbook against it and returns (seconds, completed process)."""
+
+    def __init__(self, work, nodes=None):
+        import importlib.util
+        spec = importlib.util.spec_from_file_location('lab', os.path.join(ROOT, 'lab', 'lab.py'))
+        lab_module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(lab_module)
+        self.work = work
+        self.lab = lab_module.Lab(nodes=nodes, prefix='gpuready-bench-', run_dir=os.path.join(work, 'lab'))
+        self.stop = self.command = self.env = None
+
+    def __enter__(self):
+        import apt_repo
+        import offline_wheels
+        wheels = os.path.join(self.work, 'wheels')
+        offline_wheels.build(wheels)
+        repo = os.path.join(self.work, 'apt-repo')
+        apt_repo.build(repo)
+        url, self.stop = apt_repo.serve(repo)
+        try:
+            self.lab.up()
+        except BaseException:
+            self.__exit__()
+            raise
+        exports = self.lab.exports()
+        self.env = dict(os.environ, ANSIBLE_NOCOLOR='1', **self.lab.ansible_env())
         extra = json.dumps({'gpuready_k8s_kubeconfig': exports['KUBECONFIG'], 'node_python_wheels_dir': wheels,
                             'node_python_update_cache': False, 'container_toolkit_apt_repo_url': url + '/repo',
                             'container_toolkit_gpg_key': os.path.join(repo, 'gpgkey.asc')})
-        command = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), '-i',
-                   exports['GPUREADY_LAB_INVENTORY'], 'gpuready.nvidia.site', '-e', extra]
-        runs = []
-        for _run in range(2):
-            started = time.monotonic()
-            proc = subprocess.run(command, env=env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  universal_newlines=True, check=False)
-            runs.append((time.monotonic() - started, proc))
-            if proc.returncode != 0:
-                raise RuntimeError('site.yml failed:\n%s' % proc.stdout[-4000:])
-            if not runs[1:]:
-                before = _containerd_state(lab, lab.names)
-        after = _containerd_state(lab, lab.names)
-    finally:
-        stop()
-        lab.down()
-    (first_s, _first), (rerun_s, rerun) = runs
+        self.command = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), '-i',
+                        exports['GPUREADY_LAB_INVENTORY'], '-e', extra, '--forks', str(max(5, len(self.lab.names)))]
+        return self
+
+    def __exit__(self, *exc):
+        if self.stop:
+            self.stop()
+        self.lab.down()
+
+    def run(self, playbook, *args):
+        started = time.monotonic()
+        proc = subprocess.run(self.command + list(args) + [playbook], env=self.env, cwd=self.work,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, check=False)
+        seconds = time.monotonic() - started
+        if proc.returncode != 0:
+            raise RuntimeError('%s failed:\n%s' % (playbook, proc.stdout[-4000:]))
+        return seconds, proc
+
+
+def bench_site(out, work, smoke):
+    with _SiteLab(work) as site:
+        first_s, _first = site.run('gpuready.nvidia.site')
+        before = _containerd_state(site.lab, site.lab.names)
+        rerun_s, rerun = site.run('gpuready.nvidia.site')
+        after = _containerd_state(site.lab, site.lab.names)
     changed = _changed(rerun.stdout)
     return record(out, 'site_rerun', rerun_s, 's', 'the first site.yml run on the fresh 2-node lab', first_s,
                   're-run: 0 changed, 0 containerd restarts, wall time <= 0.4x the first run',
                   changed == 0 and before == after and rerun_s <= 0.4 * first_s,
                   details={'rerun_changed': changed, 'containerd_before': before, 'containerd_after': after})
+
+
+def _node_play(work):
+    """site.yml's node play alone, as a playbook in work (with the task file it imports)."""
+    import yaml
+    with open(os.path.join(ROOT, 'playbooks', 'site.yml')) as handle:
+        plays = yaml.safe_load(handle)
+    node_play = [play for play in plays if play['name'].startswith('GPU nodes')]
+    shutil.copytree(os.path.join(ROOT, 'playbooks', 'tasks'), os.path.join(work, 'tasks'), dirs_exist_ok=True)
+    path = os.path.join(work, 'node_play.yml')
+    with open(path, 'w') as handle:
+        json.dump(node_play, handle, indent=1)  # JSON is YAML
+    return path
+
+
+# Lab nodes in the order they join: 1, 2, then 4 (two P4 nodes on containerd 1.6 and 2.x, an H100, a MIG A100)
+SCALING_NODES = ['gpu-p4', 'gpu-h100', 'gpu-p4-v3', 'gpu-a100-mig']
+
+
+def bench_node_scaling(out, work, smoke):
+    """site.yml's node play on fresh labs of 1, 2 and 4 GPU nodes (forks >= nodes): first run and re-run."""
+    sizes = [1, 2] if smoke else [1, 2, 4]
+    details = {}
+    for n in sizes:
+        folder = os.path.join(work, str(n))
+        os.makedirs(folder)
+        with _SiteLab(folder, nodes=SCALING_NODES[:n]) as site:
+            playbook = _node_play(folder)
+            first_s, _first = site.run(playbook)
+            rerun_s, rerun = site.run(playbook)
+        details[str(n)] = {'nodes': SCALING_NODES[:n], 'first_s': first_s, 'rerun_s': rerun_s,
+                           'rerun_changed': _changed(rerun.stdout)}
+    low, high = details[str(sizes[0])], details[str(sizes[-1])]
+    growth = high['first_s'] / low['first_s']
+    details['first_run_growth'] = growth
+    details['rerun_growth'] = high['rerun_s'] / low['rerun_s']
+    details['note'] = ('different node kinds join as the lab grows (%s), so part of the growth is theirs; '
+                       'the machine has 2 cores for every node' % ', '.join(SCALING_NODES[:sizes[-1]]))
+    return record(out, 'node_play_%d_nodes' % sizes[-1], high['first_s'], 's',
+                  "site.yml's node play, first run on 1 fresh lab node", low['first_s'],
+                  'reported: wall time nearly flat as nodes grow (growth factor from 1 to %d nodes)' % sizes[-1],
+                  None, details=details)
 
 
 class _Cluster(object):
@@ -404,8 +516,8 @@ class _Cluster(object):
         return names
 
 
-BENCHMARKS = {'site': bench_site, 'labels': bench_labels, 'validate': bench_validate, 'wait': bench_wait,
-              'overhead': bench_overhead}
+BENCHMARKS = {'site': bench_site, 'nodes': bench_node_scaling, 'labels': bench_labels, 'validate': bench_validate, 'doctor': bench_doctor,
+              'wait': bench_wait, 'overhead': bench_overhead}
 
 
 def summary(out):
@@ -416,7 +528,7 @@ def summary(out):
                 r = json.load(handle)
             rows.append('| `%s` | %s %s | %s: %s | %s%s | %s | %s |' % (
                 r['name'], r['figure'], r['unit'], r['baseline']['what'], r['baseline']['figure'], r['ratio'],
-                ' (extrapolated)' if r['extrapolated'] else '', r['goal'], 'yes' if r['met'] else 'no'))
+                ' (extrapolated)' if r['extrapolated'] else '', r['goal'], {True: 'yes', False: 'no', None: 'reported'}[r['met']]))
     text = ('# Benchmark results\n\n%s, %s\n\n| Benchmark | Ours | Baseline | Ratio | Goal | Met |\n'
             '|---|---|---|---|---|---|\n%s\n' % (_machine(), datetime.date.today().isoformat(), '\n'.join(rows)))
     with open(os.path.join(out, 'SUMMARY.md'), 'w') as handle:
@@ -435,7 +547,7 @@ def main(argv=None):
         parser.error('unknown benchmark %s (choose from %s)' % (', '.join(unknown), ', '.join(BENCHMARKS)))
     os.makedirs(args.out, exist_ok=True)
     work = tempfile.mkdtemp(prefix='gpuready-bench-')
-    for name in args.names or ['site', 'labels', 'validate', 'wait', 'overhead']:
+    for name in args.names or list(BENCHMARKS):
         started = time.monotonic()
         BENCHMARKS[name](args.out, os.path.join(work, name), args.smoke)
         print('==> bench %s: %.0f s' % (name, time.monotonic() - started), flush=True)

@@ -197,11 +197,13 @@ cri_client() {
 # the fake sysfs and the device nodes differ per node: lab/lab.py copies them in before the node starts.
 gpu_node_image() {
     local layer="$LAB_CACHE/trees/gpu-layer" key have t0 build=gpuready-lab-build
-    local base_key toolkit repo="$LAB_CACHE/trees/apt-repo"
+    local base_key toolkit repo="$LAB_CACHE/trees/apt-repo" node_files
     base_key="$(podman image inspect --format '{{ index .Config.Labels "gpuready.lab.rootfs" }}' "$LAB_NODE_IMAGE")"
     toolkit="$("$LAB_PYTHON" "$LAB_DIR/go/gobuild.py" version container-toolkit)" ||
         lab_die "lab/go/gobuild.py version container-toolkit failed"
-    key="$(cat "$LAB_DIR/src/nvidia-smi.c" "$LAB_DIR/src/nvml_dl.h" "$LAB_DIR/node/"* "$LAB_ROOT/tests/apt_repo.py" \
+    # The node's files only: a __pycache__ left by a test that imported driver_procfs_runc is not one
+    mapfile -t node_files < <(find "$LAB_DIR/node" -maxdepth 1 -type f | sort)
+    key="$(cat "$LAB_DIR/src/nvidia-smi.c" "$LAB_DIR/src/nvml_dl.h" "${node_files[@]}" "$LAB_ROOT/tests/apt_repo.py" \
         <(printf '%s %s %s\n' "$base_key" "$GPU_RECIPE" "$toolkit") | sha256sum | cut -c1-12)"
     have="$(podman image inspect --format '{{ index .Config.Labels "gpuready.lab.gpulayer" }}' "$LAB_GPU_IMAGE" 2>/dev/null || true)"
     if [ "$have" = "$key" ]; then

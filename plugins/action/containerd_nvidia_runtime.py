@@ -19,8 +19,7 @@ from ansible_collections.gpuready.nvidia.plugins.module_utils import containerd_
 from ansible_collections.gpuready.nvidia.plugins.module_utils import containerd_checks, containerd_dropin
 from ansible_collections.gpuready.nvidia.plugins.module_utils import containerd_config as engine
 from ansible_collections.gpuready.nvidia.plugins.module_utils import containerd_entry, containerd_marks
-from ansible_collections.gpuready.nvidia.plugins.module_utils import containerd_state, containerd_toml
-from ansible_collections.gpuready.nvidia.plugins.module_utils import containerd_versions
+from ansible_collections.gpuready.nvidia.plugins.module_utils import containerd_toml, containerd_versions
 from ansible_collections.gpuready.nvidia.plugins.module_utils.containerd_argspec import ARGUMENT_SPEC
 from ansible_collections.gpuready.nvidia.plugins.module_utils.containerd_checks import (
     dump_problem, kubelet_systemd_cgroup, semantic_problems)
@@ -33,8 +32,8 @@ NODE_MODULE = "gpuready.nvidia.containerd_config_file"
 DEFAULT_CONFIG = "/etc/containerd/config.toml"
 # The code that shapes the edit, this file included: a record made by other code never matches.
 ENGINE_SOURCES = tuple(m.__file__ for m in (engine, containerd_checks, containerd_dropin, containerd_entry,
-                                            containerd_marks, containerd_state, containerd_toml,
-                                            containerd_versions, k3s_containerd)) + (__file__,)
+                                            containerd_marks, containerd_toml, containerd_versions,
+                                            k3s_containerd)) + (__file__,)
 
 
 class ActionModule(ActionBase):
@@ -114,7 +113,8 @@ class ActionModule(ActionBase):
         node shows now and, when the record says this edit already left exactly that, its result."""
         if not params["applied_record"]:
             return None
-        fingerprint = applied.fingerprint(params, applied.engine_identity(ENGINE_SOURCES, containerd_toml.tomlkit.__version__))
+        engine_identity = applied.engine_identity(ENGINE_SOURCES, containerd_toml.tomlkit.__version__)
+        fingerprint = applied.fingerprint(params, engine_identity)
         observed = applied.observation(((p, facts["files"][p]["checksum"]) for p in paths),
                                        facts.get("containerd_version"), facts.get("kubelet_config_text"))
         text = facts.get("applied_record_text")

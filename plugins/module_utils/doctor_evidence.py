@@ -4,8 +4,8 @@
 """What the API says, for the doctor: ``api_evidence`` reads once, for all nodes, the DaemonSets,
 Deployments and RuntimeClasses, the device plugin's namespaces and events, the GPU pods nobody
 scheduled, and per node its Node object and pods (with the device plugin's and failed GPU pods'
-logs and events). Every read goes through ``k8s.api`` (its retries of 5xx, 429 and dropped
-connections; its messages)."""
+logs and events). Nodes and pods come from one paginated LIST each, for any number of nodes.
+Every read goes through ``k8s.api`` (its retries of 5xx, 429 and dropped connections; its messages)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -69,17 +69,24 @@ def api_evidence(core, apps, node_api, node_names):
                     cluster['namespaces'][namespace] = read_object('reading namespace %s' % namespace, core.read_namespace,
                                                                    namespace)
                 cluster['events']['%s/%s' % (namespace, ds['metadata']['name'])] = _events(core, ds)
-        pending = [p for p in list_all('listing pending pods', core.list_pod_for_all_namespaces,
-                                       field_selector='status.phase=Pending')
-                   if gpu_requests(p) and not (p.get('spec') or {}).get('nodeName')]
+        # One paginated LIST per kind, whatever the number of nodes: a read per node costs a fleet 2N requests.
+        wanted = set(node_names)
+        listed = dict((n['metadata']['name'], n) for n in list_all('listing nodes', core.list_node)
+                      if n['metadata']['name'] in wanted)
+        pods_on = dict((name, []) for name in node_names)
+        pending = []
+        for pod in list_all('listing pods in all namespaces', core.list_pod_for_all_namespaces):
+            node_name = (pod.get('spec') or {}).get('nodeName')
+            if node_name in pods_on:
+                pods_on[node_name].append(pod)
+            elif not node_name and (pod.get('status') or {}).get('phase') == 'Pending' and gpu_requests(pod):
+                pending.append(pod)
         for pod in pending[:RECENT_PODS]:
             pod['events'] = _events(core, pod)
         cluster['unscheduled_gpu_pods'] = pending
         nodes = {}
         for name in node_names:
-            node = read_object('reading node %s' % name, core.read_node, name, missing_ok=True)
-            pods = list_all('listing the pods on node %s' % name, core.list_pod_for_all_namespaces,
-                            field_selector='spec.nodeName=%s' % name)
+            pods = pods_on[name]
             for pod in pods:
                 component = classify(pod)
                 if component == DEVICE_PLUGIN or (gpu_requests(pod) and component is None):
@@ -87,7 +94,7 @@ def api_evidence(core, apps, node_api, node_names):
                     pod['log'] = _pod_log(core, pod)
                     pod['previous_log'] = _pod_log(core, pod, previous=True) if restarted else ''
                     pod['events'] = _events(core, pod)
-            nodes[name] = {'node': node, 'pods': pods}
+            nodes[name] = {'node': listed.get(name), 'pods': pods}
         cluster['nodes'] = nodes
         return cluster
     except (ApiError, ListWatchError) as exc:

@@ -123,6 +123,28 @@ def test_the_playbooks_run_role_task_files_alone():
     assert list(_tasks_from('device_plugin')) == ['preflight.yml']
 
 
+def test_site_skips_only_a_preflight_an_earlier_play_ran():
+    """A role that site.yml tells to skip its preflight (<role>_preflight: false) gets its preflight facts from
+    an earlier play that ran tasks_from preflight.yml under the same condition."""
+    with open(os.path.join(PLAYBOOKS_DIR, 'site.yml')) as handle:
+        plays = yaml.safe_load(handle)
+    skipped = []
+    for index, play in enumerate(plays):
+        for entry in play.get('roles') or []:
+            role = entry['role'].split('.')[-1]
+            if (entry.get('vars') or {}).get(role + '_preflight') is not False:
+                continue
+            skipped.append(role)
+            earlier = [task for before in plays[:index] for task in before.get('tasks') or []
+                       if (task.get('ansible.builtin.include_role') or {}) == {
+                           'name': 'gpuready.nvidia.' + role, 'tasks_from': 'preflight.yml'}]
+            assert [task.get('when') for task in earlier] == [entry.get('when')], role
+            main = _load(role, 'tasks', 'main.yml')
+            assert main[0]['ansible.builtin.include_tasks'] == 'preflight.yml'
+            assert main[0]['when'] == role + '_preflight | bool'
+    assert skipped == ['feature_discovery']
+
+
 def _role_api_tasks(role):
     """Every Kubernetes task reached from the role's entry points: tasks/main.yml, the task files the
     playbooks run alone, and handlers/main.yml."""

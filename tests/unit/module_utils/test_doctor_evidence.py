@@ -19,10 +19,18 @@ from ansible_collections.gpuready.nvidia.plugins.module_utils import doctor_evid
 PLUGIN = {'metadata': {'name': 'nvidia-device-plugin', 'namespace': 'gpu'},
           'spec': {'template': {'spec': {'containers': [{'image': 'nvcr.io/nvidia/k8s-device-plugin:v0.20.0'}]}}}}
 PLUGIN_POD = {'metadata': {'name': 'nvidia-device-plugin-x1', 'namespace': 'gpu'},
-              'spec': PLUGIN['spec']['template']['spec'],
-              'status': {'containerStatuses': [{'restartCount': 2}]}}
+              'spec': dict(PLUGIN['spec']['template']['spec'], nodeName='n1'),
+              'status': {'phase': 'Running', 'containerStatuses': [{'restartCount': 2}]}}
 WORKLOAD = {'metadata': {'name': 'train', 'namespace': 'default'},
-            'spec': {'containers': [{'image': 'cuda', 'resources': {'limits': {'nvidia.com/gpu': '1'}}}]}}
+            'spec': {'containers': [{'image': 'cuda', 'resources': {'limits': {'nvidia.com/gpu': '1'}}}]},
+            'status': {'phase': 'Pending'}}
+PENDING_CPU = {'metadata': {'name': 'web', 'namespace': 'default'}, 'spec': {'containers': [{'image': 'nginx'}]},
+               'status': {'phase': 'Pending'}}
+
+
+def _on(pod, node, name=None):
+    return dict(pod, metadata=dict(pod['metadata'], name=name or pod['metadata']['name']),
+                spec=dict(pod['spec'], nodeName=node), status={'phase': 'Running'})
 
 
 class _Response(object):
@@ -42,21 +50,22 @@ def _lister(items):
 class _Core(object):
     def __init__(self, refuse_logs=False):
         self.logs = []
+        self.lists = []
         self.refuse_logs = refuse_logs
 
     def read_namespace(self, name, **kwargs):
         return _Response({'metadata': {'name': name, 'labels': {}}})
 
-    def read_node(self, name, **kwargs):
-        return _Response({'metadata': {'name': name}})
+    def list_node(self, **kwargs):
+        self.lists.append(('nodes', kwargs))
+        return _lister([{'metadata': {'name': name}} for name in ('n1', 'n2', 'n3')])(**kwargs)
 
     def list_namespaced_event(self, namespace, **kwargs):
         return _lister([{'reason': 'FailedCreate', 'type': 'Warning', 'message': kwargs['field_selector']}])(**kwargs)
 
     def list_pod_for_all_namespaces(self, **kwargs):
-        if kwargs['field_selector'] == 'status.phase=Pending':
-            return _lister([WORKLOAD])(**kwargs)
-        return _lister([PLUGIN_POD, dict(WORKLOAD, spec=dict(WORKLOAD['spec'], nodeName='n1'))])(**kwargs)
+        self.lists.append(('pods', kwargs))
+        return _lister([PLUGIN_POD, WORKLOAD, PENDING_CPU, _on(WORKLOAD, 'n1'), _on(WORKLOAD, 'n3', 'elsewhere')])(**kwargs)
 
     def read_namespaced_pod_log(self, name, namespace, **kwargs):
         self.logs.append((name, kwargs['previous']))
@@ -76,13 +85,19 @@ class _NodeApi(object):
 
 def test_the_evidence_of_the_cluster_and_each_node():
     core = _Core()
-    found = doctor_evidence.api_evidence(core, _Apps(), _NodeApi(), ['n1'])
+    found = doctor_evidence.api_evidence(core, _Apps(), _NodeApi(), ['n1', 'gone'])
     assert [ds['metadata']['name'] for ds in found['daemonsets']] == ['nvidia-device-plugin']
     assert found['namespaces'] == {'gpu': {'metadata': {'name': 'gpu', 'labels': {}}}}
     assert found['events']['gpu/nvidia-device-plugin'][0]['message'] == 'involvedObject.name=nvidia-device-plugin'
     assert [p['metadata']['name'] for p in found['unscheduled_gpu_pods']] == ['train']
     plugin_pod, workload = found['nodes']['n1']['pods']
     assert found['nodes']['n1']['node'] == {'metadata': {'name': 'n1'}}
+    # a node the API does not know has no Node object and no pods; pods on other nodes are left out
+    assert found['nodes']['gone'] == {'node': None, 'pods': []}
+    assert sorted(found['nodes']) == ['gone', 'n1']
+    # one LIST of Nodes and one of pods, unfiltered, whatever the number of nodes
+    assert [kind for kind, _kwargs in core.lists] == ['nodes', 'pods']
+    assert not any('field_selector' in kwargs for _kind, kwargs in core.lists)
     # the plugin restarted: its previous log is read too; the GPU workload's log once
     assert plugin_pod['log'] == 'log of nvidia-device-plugin-x1' and plugin_pod['previous_log']
     assert workload['log'] == 'log of train' and workload['previous_log'] == ''
