@@ -9,6 +9,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import functools
+
 import yaml
 
 from ansible.errors import AnsibleActionFail
@@ -113,8 +115,7 @@ class ActionModule(ActionBase):
         node shows now and, when the record says this edit already left exactly that, its result."""
         if not params["applied_record"]:
             return None
-        engine_identity = applied.engine_identity(ENGINE_SOURCES, containerd_toml.tomlkit.__version__)
-        fingerprint = applied.fingerprint(params, engine_identity)
+        fingerprint = applied.fingerprint(params, _engine_identity())
         observed = applied.observation(((p, facts["files"][p]["checksum"]) for p in paths),
                                        facts.get("containerd_version"), facts.get("kubelet_config_text"))
         text = facts.get("applied_record_text")
@@ -124,7 +125,7 @@ class ActionModule(ActionBase):
     def _unchanged(self, known):
         """The result of a run the applied record shows to be a no-op (tomlkit never ran)."""
         return dict(known, changed=False, diff=[], restart_required=False, backups={}, files=[],
-                    warnings=known.get("warnings", []), applied_record_matched=True)
+                    applied_record_matched=True)
 
     def _write(self, params, changes, outcome, task_vars, record, summary):
         """Hand the changed files and the new applied record to the node (unless check mode) and build
@@ -224,6 +225,12 @@ class ActionModule(ActionBase):
                                outcome.default_runtime_name)
         if problem:
             raise AnsibleActionFail("validation failed, nothing written: containerd %s" % problem)
+
+
+@functools.lru_cache(maxsize=None)
+def _engine_identity():
+    """Read the engine's sources once per process, not once per task."""
+    return applied.engine_identity(ENGINE_SOURCES, containerd_toml.tomlkit.__version__)
 
 
 def _summary(outcome):
