@@ -20,10 +20,6 @@ import re
 from ansible_collections.gpuready.nvidia.plugins.module_utils import gpu_labels
 from ansible_collections.gpuready.nvidia.plugins.module_utils.k8s.api import ApiError, call_api
 
-try:
-    from kubernetes.client import CoreV1Api, CustomObjectsApi
-except ImportError:  # pragma: no cover - k8s.auth reports the missing library
-    pass
 
 OWNER_ANNOTATION = "gpuready.nvidia/managed-labels"
 NFD_FEATURE_LABELS_ANNOTATION = "nfd.node.kubernetes.io/feature-labels"
@@ -134,6 +130,10 @@ class NodeLabeler(object):
     """Labels nodes through one ApiClient (one connection pool for a whole fleet)."""
 
     def __init__(self, api_client, check_mode=False, respect_gfd=True):
+        # Imported here, not at the top: the nfd_labels filter imports this file on the controller, where
+        # Ansible loads every filter file of the collection for each task that uses one of them.
+        from kubernetes.client import CoreV1Api, CustomObjectsApi
+
         self.host = api_client.configuration.host
         self.core = CoreV1Api(api_client)
         self.custom = CustomObjectsApi(api_client)

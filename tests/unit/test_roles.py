@@ -142,7 +142,7 @@ def test_site_skips_only_a_preflight_an_earlier_play_ran():
             main = _load(role, 'tasks', 'main.yml')
             assert main[0]['ansible.builtin.include_tasks'] == 'preflight.yml'
             assert main[0]['when'] == role + '_preflight | bool'
-    assert skipped == ['feature_discovery']
+    assert skipped == ['feature_discovery', 'device_plugin']
 
 
 def _role_api_tasks(role):

@@ -24,12 +24,6 @@ import json
 import math
 import time
 
-try:
-    import urllib3
-    from kubernetes.client.exceptions import ApiException
-except ImportError:  # pragma: no cover - k8s.auth reports the missing library
-    pass
-
 # Seconds to wait before each retry of a 5xx, a 429 or a dropped connection: 5 attempts, 7.5 s of
 # backoff in all, enough for an API server restart or a leader election, short enough to fail a play soon.
 RETRY_DELAYS = (0.5, 1, 2, 4)
@@ -58,6 +52,14 @@ def status_message(exc):
         return exc.reason
 
 
+def _urllib3_errors():
+    """urllib3.exceptions, imported on first use, as the kubernetes client is: filters import this file on the
+    controller (through the doctor's checks and node_labels), where Ansible loads every filter file of the
+    collection again for each task that uses one of them, and these imports cost a third of a second."""
+    import urllib3.exceptions
+    return urllib3.exceptions
+
+
 def retriable_status(status):
     """Whether an HTTP status is worth another try: the server was busy or failing, not refusing."""
     return bool(status) and (status == 429 or status >= 500)
@@ -66,18 +68,21 @@ def retriable_status(status):
 def _retriable_connection(reason):
     """A connection refused, reset or dropped passes; TLS failures and read time-outs do not (urllib3
     already retried a timed-out GET, and a retried write could apply twice)."""
-    if isinstance(reason, urllib3.exceptions.MaxRetryError):
+    errors = _urllib3_errors()
+    if isinstance(reason, errors.MaxRetryError):
         reason = reason.reason
-    if isinstance(reason, (urllib3.exceptions.SSLError, urllib3.exceptions.ReadTimeoutError)):
+    if isinstance(reason, (errors.SSLError, errors.ReadTimeoutError)):
         return False
-    return isinstance(reason, (urllib3.exceptions.ProtocolError, urllib3.exceptions.NewConnectionError,
+    return isinstance(reason, (errors.ProtocolError, errors.NewConnectionError,
                                ConnectionError))
 
 
 def _host_of(function):
-    """The API server a (bound, maybe partial) client method talks to, for messages."""
+    """The API server a (bound, maybe partial) client method talks to, for messages: a typed API's
+    api_client, or a client that carries its configuration itself (raw_client's)."""
     api = getattr(getattr(function, "func", function), "__self__", None)
-    return getattr(getattr(getattr(api, "api_client", None), "configuration", None), "host", None)
+    configuration = getattr(getattr(api, "api_client", None), "configuration", None) or getattr(api, "configuration", None)
+    return getattr(configuration, "host", None)
 
 
 def api_error_message(what, status, message, host=None, attempts=1):
@@ -101,10 +106,11 @@ def api_error_message(what, status, message, host=None, attempts=1):
 
 def connection_error_message(what, reason, host=None, attempts=1):
     server = "the API server at %s" % host if host else "the API server"
-    if isinstance(reason, urllib3.exceptions.SSLError) or "CERTIFICATE_VERIFY_FAILED" in str(reason):
+    errors = _urllib3_errors()
+    if isinstance(reason, errors.SSLError) or "CERTIFICATE_VERIFY_FAILED" in str(reason):
         return ("%s: TLS verification of %s failed (%s); give ca_cert (the cluster CA) or, only for a test "
                 "cluster, validate_certs: false" % (what, server, reason))
-    if isinstance(reason, urllib3.exceptions.ReadTimeoutError):
+    if isinstance(reason, errors.ReadTimeoutError):
         return "%s: %s did not answer in time (%s)" % (what, server, reason)
     tries = " (%d attempts)" % attempts if attempts > 1 else ""
     return "%s: %s is unreachable%s: %s" % (what, server, tries, reason)
@@ -115,6 +121,9 @@ def call_api(what, function, *args, host=None, missing_ok=False, **kwargs):
     _request_timeout. 5xx, 429 and dropped connections are tried again after each of RETRY_DELAYS;
     anything else fails at once. Failures raise ApiError, whose message starts with what (the
     request, for people) and names host (default: the client's). With missing_ok, 404 answers None."""
+    from kubernetes.client.exceptions import ApiException  # not at the top: see _urllib3_errors
+
+    errors = _urllib3_errors()
     host = host or _host_of(function)
     kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT)
     for attempt, delay in enumerate(RETRY_DELAYS + (None,), 1):
@@ -128,8 +137,8 @@ def call_api(what, function, *args, host=None, missing_ok=False, **kwargs):
             if not retriable_status(exc.status) or delay is None:
                 raise ApiError(api_error_message(what, exc.status, status_message(exc), host, attempt),
                                exc.status, attempt)
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            reason = exc.reason if isinstance(exc, urllib3.exceptions.MaxRetryError) else exc
+        except (errors.HTTPError, OSError) as exc:
+            reason = exc.reason if isinstance(exc, errors.MaxRetryError) else exc
             if not _retriable_connection(reason) or delay is None:
                 raise ApiError(connection_error_message(what, reason, host, attempt), None, attempt)
         time.sleep(delay)
@@ -137,6 +146,38 @@ def call_api(what, function, *args, host=None, missing_ok=False, **kwargs):
 
 
 # --- reading objects ---------------------------------------------------------------------------
+
+
+class _NoDiscovery(object):
+    """A DynamicClient discoverer that reads nothing: RawClient's requests name their paths."""
+
+    def __init__(self, client, cache_file=None):
+        pass
+
+
+class RawClient(object):
+    """get(path, **params) sends one GET to an API path (such as /apis/apps/v1/daemonsets) with the query
+    parameters list_objects and call_api pass (limit, _continue, label_selector, _request_timeout) and returns
+    the raw response (json_body reads it). It is the kubernetes client's DynamicClient.request without
+    discovery or deserialising: the typed APIs (CoreV1Api, ...) cost a module more than a second of imports,
+    and DynamicClient.request speaks to the ApiClient of every client version."""
+
+    def __init__(self, api_client):
+        from kubernetes.dynamic import DynamicClient
+        self.configuration = api_client.configuration
+        self._client = DynamicClient(api_client, discoverer=_NoDiscovery)
+
+    def get(self, path, **params):
+        params.pop('_preload_content', None)  # always raw
+        return self._client.request('GET', path, serialize=False, **params)
+
+
+def path_of(api_version, plural, name=None, namespace=None):
+    """The API path of a resource (core group under /api, the others under /apis), in a namespace or not,
+    one object by name or the whole collection."""
+    group = '/api/%s' % api_version if '/' not in api_version else '/apis/%s' % api_version
+    where = '/namespaces/%s' % namespace if namespace else ''
+    return '%s%s/%s%s' % (group, where, plural, '/%s' % name if name else '')
 
 
 class ListWatchError(Exception):
@@ -254,6 +295,6 @@ def follow(list_func, label_selector, page_size, deadline, done, what="the objec
                 raise
             items, resource_version = list_objects(list_func, label_selector, page_size, "listing %s" % what)
             objects = dict((_name(o), o) for o in items)
-        except urllib3.exceptions.HTTPError:
+        except _urllib3_errors().HTTPError:
             time.sleep(1)  # the stream broke; watch again from the last resourceVersion seen
     return objects
