@@ -61,7 +61,7 @@ docs: build
 soak: build
 	@$(STAGE) soak tools/pytest.sh soak
 
-# Benchmarks, about 22 minutes on 2 cores: bench/results/<name>.json and SUMMARY.md (BENCH_ARGS=--smoke, or names)
+# Benchmarks, about 20 minutes on 2 cores: bench/results/<name>.json and SUMMARY.md (BENCH_ARGS=--smoke, or names)
 bench: build
 	@$(STAGE) bench tools/bench.sh $(BENCH_ARGS)
 

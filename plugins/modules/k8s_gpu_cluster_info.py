@@ -27,7 +27,8 @@ description:
     current when the live one holds every field of the rendered one and the fingerprint annotation
     C(gpuready.nvidia/rendered) that the roles apply with each object (P(gpuready.nvidia.to_apply#filter)). A server-side apply of such an object would
     change nothing, so the roles skip it; any field changed or removed by someone else, or a template that renders
-    something else (a new fingerprint), makes the object not current.
+    something else (a new fingerprint), makes the object not current. CustomResourceDefinitions are never current
+    (the roles apply them on every run, without the annotation).
   - 5xx and 429 answers are retried with a bounded backoff (about 7.5 s); anything else fails the task with a message
     that names the request.
 author: gpuready.nvidia contributors (!UNKNOWN)

@@ -215,3 +215,12 @@ def test_kinds_not_rendered_and_objects_without_a_namespace_are_never_current():
     config = dict(CONFIG, metadata={'name': 'cfg'})
     assert _read(client, objects=[service, config])['current'] == []
     assert not [path for path in _paths(client) if 'services' in path or 'configmaps' in path]
+
+
+def test_crds_are_never_current_and_carry_no_fingerprint():
+    crd = {'apiVersion': 'apiextensions.k8s.io/v1', 'kind': 'CustomResourceDefinition',
+           'metadata': {'name': 'nodefeatures.nfd.k8s-sigs.io'}, 'spec': {'group': 'nfd.k8s-sigs.io'}}
+    path = '/apis/apiextensions.k8s.io/v1/customresourcedefinitions/nodefeatures.nfd.k8s-sigs.io'
+    client = _Client({path: crd})
+    assert _read(client, objects=[crd])['current'] == []
+    assert cluster.fingerprinted(crd) == crd
