@@ -19,6 +19,8 @@ import lab_scripts
 import require
 
 ADMIN_USER = 'kubernetes-admin'  # lab/control_plane.py IDENTITIES["admin"]
+SHIPPED_CLUSTERROLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                   'roles', 'gpuready', 'files', 'clusterrole.yml')
 PATCH_TYPES = {'merge': 'application/merge-patch+json', 'strategic': 'application/strategic-merge-patch+json',
                'json': 'application/json-patch+json'}
 
@@ -75,6 +77,14 @@ class ClusterApi(object):
 
     def delete(self, api_version, kind, name, namespace=None):
         self._resource(api_version, kind).delete(name=name, namespace=namespace)
+
+    def bind_cluster_role(self, name, rules, subjects):
+        """A ClusterRole `name` of exactly these rules, bound to subjects (RBAC subject dicts) by a
+        ClusterRoleBinding of the same name."""
+        rbac = 'rbac.authorization.k8s.io'
+        self.create({'apiVersion': rbac + '/v1', 'kind': 'ClusterRole', 'metadata': {'name': name}, 'rules': rules})
+        self.create({'apiVersion': rbac + '/v1', 'kind': 'ClusterRoleBinding', 'metadata': {'name': name},
+                     'roleRef': {'apiGroup': rbac, 'kind': 'ClusterRole', 'name': name}, 'subjects': list(subjects)})
 
     # -- users of a test's own ------------------------------------------------------------------
     def user_with_certificate(self, name, work_dir, groups=()):
@@ -171,6 +181,13 @@ class ApiWithFaults(ClusterApi):
                 answered = dict((key, value) for key, value in entry.items() if key != 'token')
                 asked.append(dict(answered, user=self.users_by_token.get(entry['token'])))
         return sorted(asked, key=lambda entry: entry['time'])
+
+
+def shipped_rules():
+    """The rules of roles/gpuready/files/clusterrole.yml, the ClusterRole the collection ships."""
+    import yaml
+    with open(SHIPPED_CLUSTERROLE, encoding='utf-8') as handle:
+        return yaml.safe_load(handle)['rules']
 
 
 def install_nfd_crds(api_client):

@@ -13,12 +13,11 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import os
 import time
 
 import pytest
-import yaml
 
+from cluster_api import shipped_rules
 from playbook import run_tasks
 from ansible_collections.gpuready.nvidia.plugins.module_utils.k8s.api import RETRY_DELAYS
 
@@ -32,27 +31,18 @@ VALIDATOR_RULES = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete", "get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
 ]
-CLUSTERROLE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                           "roles", "gpuready", "files", "clusterrole.yml")
 
 
 def _bind(k8s_api, user, rules):
     """A new ServiceAccount `user` bound to a ClusterRole of exactly these rules."""
     identity = k8s_api.add_identity(user)
-    name = "gpuready-%s" % user
-    k8s_api.create({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
-                    "rules": rules})
-    k8s_api.create({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                    "metadata": {"name": name},
-                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-                    "subjects": [identity.subject]})
+    k8s_api.bind_cluster_role("gpuready-%s" % user, rules, [identity.subject])
     return identity
 
 
 def _doctor_rules(without_list_of=None):
     """The shipped ClusterRole's rules, with list taken from one resource."""
-    with open(CLUSTERROLE, encoding="utf-8") as handle:
-        rules = yaml.safe_load(handle)["rules"]
+    rules = shipped_rules()
     for rule in rules:
         if without_list_of in rule["resources"]:
             rule["verbs"] = [v for v in rule["verbs"] if v != "list"]

@@ -22,6 +22,7 @@ import stat
 import pytest
 import yaml
 
+from cluster_api import shipped_rules
 from playbook import run_tasks
 
 GPU = "nvidia.com/gpu"
@@ -45,14 +46,7 @@ def user(k8s_api):
     identity = k8s_api.add_identity(USER, client_cert=True)
     token_user = k8s_api.add_identity(USER)
     identity.token = token_user.token
-    with open(CLUSTERROLE, encoding="utf-8") as handle:
-        role = yaml.safe_load(handle)
-    role["metadata"] = {"name": "gpuready-cred"}
-    k8s_api.create(role)
-    k8s_api.create({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                    "metadata": {"name": "gpuready-cred"},
-                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "gpuready-cred"},
-                    "subjects": [identity.subject, token_user.subject]})
+    k8s_api.bind_cluster_role("gpuready-cred", shipped_rules(), [identity.subject, token_user.subject])
     k8s_api.create({"apiVersion": "v1", "kind": "Node",
                     "metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE,
                                                           "nvidia.com/gpu.present": "true"}},

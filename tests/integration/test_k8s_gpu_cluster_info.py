@@ -10,16 +10,13 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import os
 
 import pytest
 import yaml
 
-from cluster_api import install_nfd_crds
+from cluster_api import install_nfd_crds, shipped_rules
 from playbook import run_tasks
 
-CLUSTERROLE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                           'roles', 'gpuready', 'files', 'clusterrole.yml')
 OURS = {'app.kubernetes.io/managed-by': 'gpuready.nvidia'}
 
 
@@ -35,15 +32,7 @@ def _daemonset(namespace, name, labels=None):
 def reader(k8s_api):
     """An identity bound to roles/gpuready/files/clusterrole.yml, and the objects it reads."""
     identity = k8s_api.add_identity('cluster-info')
-    with open(CLUSTERROLE) as handle:
-        role = yaml.safe_load(handle)
-    role['metadata']['name'] = 'gpuready-nvidia-cluster-info-test'
-    k8s_api.create(role)
-    k8s_api.create({'apiVersion': 'rbac.authorization.k8s.io/v1', 'kind': 'ClusterRoleBinding',
-                    'metadata': {'name': 'gpuready-nvidia-cluster-info-test'},
-                    'roleRef': {'apiGroup': 'rbac.authorization.k8s.io', 'kind': 'ClusterRole',
-                                'name': 'gpuready-nvidia-cluster-info-test'},
-                    'subjects': [identity.subject]})
+    k8s_api.bind_cluster_role('gpuready-nvidia-cluster-info-test', shipped_rules(), [identity.subject])
     for namespace, labels in (('ci-gpu', OURS), ('ci-foreign', {})):
         k8s_api.create({'apiVersion': 'v1', 'kind': 'Namespace', 'metadata': {'name': namespace, 'labels': labels}})
     k8s_api.create({'apiVersion': 'node.k8s.io/v1', 'kind': 'RuntimeClass', 'metadata': {'name': 'ci-nvidia'},

@@ -11,31 +11,20 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
-import os
 
 import pytest
-import yaml
 
+from cluster_api import shipped_rules
 from playbook import run_tasks
 
 MODULE = 'gpuready.nvidia.k8s_gpu_doctor'
-CLUSTERROLE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                           'roles', 'gpuready', 'files', 'clusterrole.yml')
 
 
 @pytest.fixture(scope='module')
 def deployer(k8s_api):
     """An identity bound to roles/gpuready/files/clusterrole.yml."""
     identity = k8s_api.add_identity('doctor')
-    with open(CLUSTERROLE) as handle:
-        role = yaml.safe_load(handle)
-    role['metadata']['name'] = 'gpuready-nvidia-doctor-test'
-    k8s_api.create(role)
-    k8s_api.create({'apiVersion': 'rbac.authorization.k8s.io/v1', 'kind': 'ClusterRoleBinding',
-                    'metadata': {'name': 'gpuready-nvidia-doctor-test'},
-                    'roleRef': {'apiGroup': 'rbac.authorization.k8s.io', 'kind': 'ClusterRole',
-                                'name': 'gpuready-nvidia-doctor-test'},
-                    'subjects': [identity.subject]})
+    k8s_api.bind_cluster_role('gpuready-nvidia-doctor-test', shipped_rules(), [identity.subject])
     return identity
 
 

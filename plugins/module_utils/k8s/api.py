@@ -79,7 +79,7 @@ def _retriable_connection(reason):
 
 def _host_of(function):
     """The API server a (bound, maybe partial) client method talks to, for messages: a typed API's
-    api_client, or a client that carries its configuration itself (raw_client's)."""
+    api_client, or a client that carries its configuration itself (RawClient)."""
     api = getattr(getattr(function, "func", function), "__self__", None)
     configuration = getattr(getattr(api, "api_client", None), "configuration", None) or getattr(api, "configuration", None)
     return getattr(configuration, "host", None)

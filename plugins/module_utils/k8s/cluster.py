@@ -96,26 +96,24 @@ def read_cluster(client, namespace, nfd_namespace, runtime_class, nfd_existing=N
                           functools.partial(client.get, path_of('apps/v1', 'daemonsets')))
     policies = _served('listing GPU Operator ClusterPolicies',
                        functools.partial(client.get, path_of('nvidia.com/v1', 'clusterpolicies')))
-    answer = {
+    ours = _read(client, 'Namespace', 'v1', 'namespaces', namespace)
+    return {
         'found': gpu_components(daemonsets, policies),
-        'namespace': _read(client, 'Namespace', 'v1', 'namespaces', namespace),
-        'nfd_namespace': None,
+        'namespace': ours,
+        'nfd_namespace': ours if nfd_namespace == namespace else _read(client, 'Namespace', 'v1', 'namespaces',
+                                                                       nfd_namespace),
         'runtime_class': _read(client, 'RuntimeClass', 'node.k8s.io/v1', 'runtimeclasses', runtime_class),
         'node_feature_crd': _read(client, 'CustomResourceDefinition', 'apiextensions.k8s.io/v1',
                                   'customresourcedefinitions', NODE_FEATURE_CRD),
         'node_feature_api': _node_feature_api(client, namespace),
-        'nfd_existing': None,
+        'nfd_existing': {
+            'master': _read(client, 'Deployment', 'apps/v1', 'deployments', nfd_existing['master'],
+                            nfd_existing['namespace']),
+            'worker': _read(client, 'DaemonSet', 'apps/v1', 'daemonsets', nfd_existing['worker'],
+                            nfd_existing['namespace']),
+        } if nfd_existing else None,
         'current': [object_key(obj) for obj in objects if _current(client, obj)],
     }
-    answer['nfd_namespace'] = answer['namespace'] if nfd_namespace == namespace else _read(
-        client, 'Namespace', 'v1', 'namespaces', nfd_namespace)
-    if nfd_existing:
-        where = nfd_existing['namespace']
-        answer['nfd_existing'] = {
-            'master': _read(client, 'Deployment', 'apps/v1', 'deployments', nfd_existing['master'], where),
-            'worker': _read(client, 'DaemonSet', 'apps/v1', 'daemonsets', nfd_existing['worker'], where),
-        }
-    return answer
 
 
 def _read(client, kind, api_version, plural, name, namespace=None):
@@ -186,7 +184,6 @@ def _current(client, obj):
     plural, namespaced = RENDERED_KINDS[kind]
     if namespaced and not metadata.get('namespace'):
         return False
-    live = read_object('reading %s' % object_key(obj), client.get,
-                       path_of(str(obj.get('apiVersion')), plural, metadata['name'],
-                               metadata['namespace'] if namespaced else None), missing_ok=True)
+    live = _read(client, kind, str(obj.get('apiVersion')), plural, metadata['name'],
+                 metadata['namespace'] if namespaced else None)
     return live is not None and holds(live, fingerprinted(obj))
